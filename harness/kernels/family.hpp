@@ -1,0 +1,112 @@
+// harness/kernels/family.hpp: the host-side descriptor of a kernel family, flashtune's extension point.
+// Adding a kernel = one template in kernel_templates/, one KernelFamily here, one reference function in
+// reference/, one YAML in experiments/. The runner knows nothing about a family beyond this interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::kernels {
+
+// One tunable and the values searched when an experiment does not name its own.
+struct TunableSpec {
+  std::string name;                  ///< "block_threads"
+  std::vector<std::int64_t> values;  ///< default search values
+  std::string doc;
+};
+
+// Grid, block and dynamic shared memory of one launch.
+struct LaunchShape {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned dynamic_smem_bytes = 0;  ///< [bytes]
+  std::int64_t threads_per_block() const { return std::int64_t(block[0]) * block[1] * block[2]; }
+};
+
+enum class BufferRole { input, output };
+
+// A device buffer the kernel reads or writes. Inputs are filled with fresh uniform random values in
+// [lo, hi] (never zeros); outputs are poisoned with NaN before every checked launch.
+struct BufferSpec {
+  std::string name;
+  core::DType dtype = core::DType::f32;
+  std::int64_t elements = 0;
+  BufferRole role = BufferRole::input;
+  double lo = -1.0, hi = 1.0;  ///< input value range
+};
+
+// Kernel arguments in order: a device buffer (by index into buffers()) or a scalar.
+struct BufferArg {
+  int index;
+};
+using KernelArg = std::variant<BufferArg, std::int32_t, std::int64_t, float>;
+
+// How a config becomes a compiled kernel: a C++ name expression instantiated through
+// nvrtcAddNameExpression (e.g. "weighted_row_sum_kernel<float, 256, 4>") and extra -D defines.
+struct Specialization {
+  std::string name_expression;
+  std::vector<std::string> defines;  ///< "FT_FOO=1" (passed as -DFT_FOO=1)
+};
+
+// Values on the host, widened to double. For inputs: exactly the values uploaded (already rounded to
+// the buffer's dtype). For outputs: what the kernel wrote, or what a reference computed.
+struct HostTensor {
+  core::DType dtype = core::DType::f32;
+  std::vector<double> values;
+};
+
+// Which reference to compute: the double-precision oracle, or the naive algorithm carried out in the
+// kernel's own working precision (fp32 accumulation, outputs rounded to their dtype). The pass rule is
+// max|out - ref64| <= 2 * max|naive_same - ref64| + atol, and no NaN.
+enum class RefPrecision { f64, same };
+
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+
+  virtual std::string name() const = 0;           ///< "weighted_row_sum"
+  virtual std::string stage() const = 0;          ///< "forward"
+  virtual std::string template_file() const = 0;  ///< file name in kernel_templates/
+  virtual std::string description() const = 0;    ///< one line
+
+  virtual std::vector<std::string> problem_dims() const = 0;  ///< required dimensions ("rows", "cols")
+  virtual std::vector<core::DType> dtypes() const = 0;        ///< supported problem dtypes
+  virtual std::vector<TunableSpec> tunables() const = 0;
+  /// Always-on constraints between tunables and problem dims, as expressions (muparser syntax, names
+  /// of tunables and problem dims as variables; nonzero = allowed).
+  virtual std::vector<std::string> constraints() const = 0;
+
+  /// nullopt when the problem is well formed for this family, else why not (a user error).
+  virtual std::optional<std::string> check_problem(const core::Problem& p) const = 0;
+  /// nullopt when the config can run on the device, else why not (recorded as invalid_config).
+  virtual std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+                                             const core::DeviceLimits& d) const = 0;
+
+  virtual Specialization specialize(const core::Config& c, const core::Problem& p) const = 0;
+  virtual LaunchShape launch_shape(const core::Config& c, const core::Problem& p,
+                                   const core::DeviceLimits& d) const = 0;
+  virtual std::vector<BufferSpec> buffers(const core::Problem& p) const = 0;
+  virtual std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const = 0;
+
+  virtual double bytes_moved(const core::Problem& p) const = 0;  ///< [bytes] each input read once, each output written once
+  virtual double flops(const core::Problem& p) const = 0;        ///< [FLOP]
+
+  /// Computes every output buffer (in buffers() order, outputs only) from the inputs (in buffers()
+  /// order, inputs only). `outputs` arrives sized and typed; fill `values`.
+  virtual void reference(const core::Problem& p, const std::vector<HostTensor>& inputs,
+                         std::vector<HostTensor>& outputs, RefPrecision precision) const = 0;
+  virtual double default_atol(const core::Problem& p) const = 0;
+};
+
+/// Every family built into flashtune, in a stable order.
+const std::vector<std::unique_ptr<KernelFamily>>& all_families();
+/// nullptr when there is no family of that name.
+const KernelFamily* find_family(const std::string& name);
+
+}  // namespace flashtune::kernels
