@@ -1,0 +1,115 @@
+-- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 2), documented.
+-- This file is documentation and a check: a database is built by applying db/migrations/NNN_*.sql in
+-- order (Store does this on open, in one transaction), and tests/db/store_test.cpp checks that the
+-- migrated tables, columns and indexes equal those made by running this file. Edit both together.
+-- Conventions: times are ISO-8601 UTC text with milliseconds ("2025-01-31T12:00:00.123Z"); booleans
+-- are INTEGER 0/1; NULL means "not measured / unknown"; units are in brackets. Keys are text
+-- (problems and configs are identified by (family, key), runs by uid) so databases can be merged.
+
+-- One invocation of an experiment (flashtune run / compile), and the machine it ran on.
+CREATE TABLE runs (
+  id              INTEGER PRIMARY KEY,   -- local row id (not stable across merges: use uid)
+  experiment_name TEXT    NOT NULL,      -- `name:` of the experiment YAML
+  experiment_path TEXT    NOT NULL DEFAULT '',  -- path of the YAML as given on the command line
+  experiment_hash TEXT    NOT NULL DEFAULT '',  -- hash of the YAML text (16 hex digits)
+  command_line    TEXT    NOT NULL DEFAULT '',  -- argv joined with spaces
+  host            TEXT    NOT NULL DEFAULT '',  -- machine host name
+  gpu_name        TEXT    NOT NULL DEFAULT '',  -- "NVIDIA H100 80GB HBM3"; '' for compile-only runs
+  gpu_arch        TEXT    NOT NULL DEFAULT '',  -- NVRTC target, "sm_90a"
+  gpu_uuid        TEXT    NOT NULL DEFAULT '',  -- "GPU-xxxxxxxx-..."; '' when no GPU
+  driver_version  TEXT    NOT NULL DEFAULT '',  -- CUDA driver version, "12.8" ('' when no driver)
+  cuda_version    TEXT    NOT NULL DEFAULT '',  -- CUDA toolkit version the harness was built with
+  nvrtc_version   TEXT    NOT NULL DEFAULT '',  -- NVRTC version loaded at run time, "13.0"
+  project_commit  TEXT    NOT NULL DEFAULT '',  -- git commit of flashtune (with "-dirty" if modified)
+  device_key      TEXT    NOT NULL DEFAULT '',  -- what makes timings comparable (GPU name + arch + clocks...)
+  compile_only    INTEGER NOT NULL DEFAULT 0,   -- 1: no GPU, trials only compiled (status 'compiled')
+  copy_gbps       REAL,                  -- [GB/s] measured device-to-device copy bandwidth; NULL unknown
+  started_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
+  finished_at     TEXT,                  -- [UTC] NULL while running or when killed
+  status          TEXT    NOT NULL DEFAULT 'running',  -- running | finished | failed | interrupted
+  uid             TEXT                   -- (v2) 32 hex digits, random, unique: identity across merges
+);
+CREATE UNIQUE INDEX runs_by_uid ON runs (uid);
+
+-- One shape of work of one family. json = {"dims": {"rows": 4096, ...}, "dtype": "f16"}.
+CREATE TABLE problems (
+  id     INTEGER PRIMARY KEY,
+  family TEXT NOT NULL,          -- kernel family name, "weighted_row_sum"
+  key    TEXT NOT NULL,          -- core::Problem::key(), "cols=4096,rows=16384,dtype=f32" (dtype included)
+  json   TEXT NOT NULL,          -- dims and dtype as JSON (for queries with json_extract)
+  UNIQUE (family, key)
+);
+
+-- One point of a family's search space. json = {"block_m": 128, "num_warps": 4, ...}.
+CREATE TABLE configs (
+  id     INTEGER PRIMARY KEY,
+  family TEXT NOT NULL,          -- kernel family name
+  key    TEXT NOT NULL,          -- core::Config::key(), "block=256,vec=4"
+  hash   TEXT NOT NULL,          -- core::hash_hex(key), 16 hex digits
+  json   TEXT NOT NULL,          -- the tunables as a JSON object
+  UNIQUE (family, key)
+);
+
+-- One NVRTC compile (or its cubin-cache entry), shared by every trial that used the same cubin.
+CREATE TABLE compiles (
+  id                  INTEGER PRIMARY KEY,
+  cache_key           TEXT    NOT NULL UNIQUE,  -- hash of source, options, arch, NVRTC version, name expr.
+  family              TEXT    NOT NULL,         -- kernel family name
+  arch                TEXT    NOT NULL,         -- "sm_90a"
+  options             TEXT    NOT NULL DEFAULT '',  -- NVRTC options, space separated
+  nvrtc_version       TEXT    NOT NULL DEFAULT '',  -- "13.0"
+  source_hash         TEXT    NOT NULL DEFAULT '',  -- hash of the template text (16 hex digits)
+  lowered_name        TEXT    NOT NULL DEFAULT '',  -- mangled name of the instantiation
+  ok                  INTEGER NOT NULL,         -- 1: a cubin was produced
+  log                 TEXT    NOT NULL DEFAULT '',  -- NVRTC log including the ptxas report
+  registers           INTEGER,                  -- per thread; NULL unknown
+  spill_store_bytes   INTEGER,                  -- [bytes] per thread; NULL unknown
+  spill_load_bytes    INTEGER,                  -- [bytes] per thread; NULL unknown
+  stack_frame_bytes   INTEGER,                  -- [bytes] per thread; NULL unknown
+  shared_static_bytes INTEGER,                  -- [bytes] static __shared__ per block; NULL unknown
+  cubin_bytes         INTEGER NOT NULL DEFAULT 0,   -- [bytes] size of the cubin (0 when failed)
+  compile_ms          REAL    NOT NULL DEFAULT 0,   -- [ms] wall time of the NVRTC call
+  created_at          TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
+  name_expression     TEXT    NOT NULL DEFAULT '',  -- (v2) "weighted_row_sum_kernel<float, 256, 4>"
+  constant_bytes      INTEGER                   -- (v2) [bytes] constant memory; NULL unknown
+);
+
+-- One config on one problem on one device: compile, validation, measurement and status.
+-- Committed the moment it is recorded; a re-run skips a trial found by trials_for_resume.
+CREATE TABLE trials (
+  id              INTEGER PRIMARY KEY,
+  run_id          INTEGER NOT NULL REFERENCES runs (id),
+  experiment_name TEXT    NOT NULL,      -- copied from the run: part of the resume key
+  family          TEXT    NOT NULL,      -- kernel family name
+  stage           TEXT    NOT NULL,      -- role in the operation: "fwd", "bwd_dkdv", ...
+  problem_id      INTEGER NOT NULL REFERENCES problems (id),
+  config_id       INTEGER NOT NULL REFERENCES configs (id),
+  source_hash     TEXT    NOT NULL,      -- hash of the kernel template text: an edit invalidates old trials
+  device_key      TEXT    NOT NULL,      -- as runs.device_key: trials on other devices are not reused
+  status          TEXT    NOT NULL,      -- core::TrialStatus: ok | compiled | invalid_config | ...
+  reason          TEXT    NOT NULL DEFAULT '',  -- why it is not ok ('' when ok)
+  compile_id      INTEGER REFERENCES compiles (id),  -- NULL when nothing was compiled
+  seed            INTEGER NOT NULL DEFAULT 0,  -- input RNG seed (uint64 stored as its int64 bit pattern)
+  median_ms       REAL,                  -- [ms] median of the samples; NULL when not measured
+  iqr_ms          REAL,                  -- [ms] interquartile range of the samples
+  min_ms          REAL,                  -- [ms]
+  max_ms          REAL,                  -- [ms]
+  mean_ms         REAL,                  -- [ms]
+  rel_stdev       REAL,                  -- stdev / mean of the samples
+  converged       INTEGER,               -- 1: noise target reached before the budget ran out
+  cold            INTEGER,               -- 1: L2 flushed before each sample
+  n_samples       INTEGER,               -- number of samples
+  samples_json    TEXT,                  -- [ms] every sample in order, JSON array
+  gbps            REAL,                  -- [GB/s] family bytes / median time
+  tflops          REAL,                  -- [TFLOP/s] family flops / median time
+  max_abs_err     REAL,                  -- max |out - ref64|; NULL when not validated
+  max_rel_err     REAL,                  -- max |out - ref64| / max(|ref64|, tiny)
+  naive_err       REAL,                  -- max |naive same precision - ref64|
+  tolerance       REAL,                  -- pass bound: 2 * naive_err + atol
+  nan_count       INTEGER,               -- NaN or Inf elements in the output
+  created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
+  stopped_early   INTEGER                -- (v2) 1: measurement abandoned against an incumbent
+);
+CREATE INDEX trials_by_run ON trials (run_id);
+CREATE INDEX trials_for_resume
+  ON trials (experiment_name, stage, family, problem_id, config_id, source_hash, device_key);

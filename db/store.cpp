@@ -1,0 +1,428 @@
+// db/store.cpp: the Store over SQLite: open (WAL, busy timeout, migrations), record runs, compiles and
+// trials (one transaction each), the resume lookup and the CLI's queries. Schema: db/schema.sql.
+#include "db/store.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "db/embedded_sql.hpp"
+#include "db/sqlite_util.hpp"
+
+namespace flashtune::db {
+
+using detail::Stmt;
+using detail::Transaction;
+
+namespace {
+
+std::string short_file(const char* file) {
+  const std::string f = file ? file : "";
+  const auto pos = f.rfind("/db/");
+  return pos == std::string::npos ? f : f.substr(pos + 1);
+}
+
+std::string store_error_message(int code, const std::string& call, const std::string& message,
+                                const char* file, int line) {
+  return "sqlite error " + std::to_string(code) + " (" + sqlite3_errstr(code) + "): " + message +
+         "; in `" + call + "` at " + short_file(file) + ":" + std::to_string(line);
+}
+
+// SQL that renders a REAL column as text with `digits` significant digits and keeps NULL as NULL.
+std::string fmt(const std::string& col, int digits = 5) {
+  return "CASE WHEN " + col + " IS NULL THEN NULL ELSE printf('%." + std::to_string(digits) + "g', " +
+         col + ") END";
+}
+
+QueryResult collect(Stmt& s) {
+  QueryResult out;
+  for (int i = 0; i < s.columns(); ++i) out.columns.push_back(s.column_name(i));
+  while (s.step()) {
+    std::vector<std::string> row;
+    row.reserve(out.columns.size());
+    for (int i = 0; i < s.columns(); ++i) row.push_back(s.text(i));
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::optional<int> known(int v) { return v < 0 ? std::nullopt : std::optional<int>(v); }
+
+// Pragmas that only read, whatever their argument (table_info(trials), integrity_check(10)).
+constexpr std::array<std::string_view, 9> kReadPragmasWithArg = {
+    "table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "foreign_key_check", "integrity_check", "quick_check"};
+// Pragmas that read when given no value (PRAGMA user_version) but write with one (= 3).
+// (journal_mode is not here: SQLite counts even a query of it as a possible write.)
+constexpr std::array<std::string_view, 19> kReadPragmasWithoutArg = {
+    "user_version",  "schema_version", "application_id", "page_size",
+    "page_count",    "freelist_count", "encoding",       "synchronous",   "foreign_keys",
+    "busy_timeout",  "compile_options", "database_list", "table_list",    "collation_list",
+    "function_list", "module_list",    "pragma_list",    "data_version",  "cache_size"};
+
+bool contains(auto const& list, std::string_view name) {
+  for (auto n : list)
+    if (sqlite3_stricmp(std::string(n).c_str(), std::string(name).c_str()) == 0) return true;
+  return false;
+}
+
+// Authorizer for Store::sql(): allows reading only. Denied actions fail the prepare with SQLITE_AUTH.
+int authorize_read_only(void*, int action, const char* arg1, const char* arg2, const char*,
+                        const char*) {
+  switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_READ:
+    case SQLITE_FUNCTION:
+    case SQLITE_RECURSIVE:
+      return SQLITE_OK;
+    case SQLITE_UPDATE:  // reported while SQLite loads the schema for a table-valued pragma function;
+                         // a real UPDATE of the schema table fails anyway (writable_schema is off)
+      return arg1 && (std::string_view(arg1) == "sqlite_master" ||
+                      std::string_view(arg1) == "sqlite_schema")
+                 ? SQLITE_OK
+                 : SQLITE_DENY;
+    case SQLITE_PRAGMA:
+      if (arg1 && contains(kReadPragmasWithArg, arg1)) return SQLITE_OK;
+      if (arg1 && !arg2 && contains(kReadPragmasWithoutArg, arg1)) return SQLITE_OK;
+      return SQLITE_DENY;
+    default:
+      return SQLITE_DENY;
+  }
+}
+
+}  // namespace
+
+StoreError::StoreError(int code, std::string call, const std::string& message, const char* file,
+                       int line)
+    : core::Error(store_error_message(code, call, message, file, line)),
+      m_code(code),
+      m_call(std::move(call)),
+      m_file(short_file(file)),
+      m_line(line) {}
+
+struct Store::Impl {
+  sqlite3* db = nullptr;
+  ~Impl() { sqlite3_close_v2(db); }  // never throws; finalizes nothing (Stmt finalizes its own)
+
+  int user_version() const {
+    Stmt s(db, "PRAGMA user_version");
+    s.step();
+    return static_cast<int>(s.int64(0));
+  }
+
+  std::int64_t upsert_problem(const std::string& family, const core::Problem& p) {
+    nlohmann::json j;
+    j["dims"] = p.dims;
+    j["dtype"] = std::string(core::to_string(p.dtype));
+    const std::string key = p.key();
+    Stmt(db, "INSERT INTO problems (family, key, json) VALUES (?1, ?2, ?3) "
+             "ON CONFLICT (family, key) DO NOTHING")
+        .bind(1, family).bind(2, key).bind(3, j.dump()).run();
+    Stmt s(db, "SELECT id FROM problems WHERE family = ?1 AND key = ?2");
+    s.bind(1, family).bind(2, key).step();
+    return s.int64(0);
+  }
+
+  std::int64_t upsert_config(const std::string& family, const core::Config& c) {
+    const nlohmann::json j = c.values;
+    const std::string key = c.key();
+    Stmt(db, "INSERT INTO configs (family, key, hash, json) VALUES (?1, ?2, ?3, ?4) "
+             "ON CONFLICT (family, key) DO NOTHING")
+        .bind(1, family).bind(2, key).bind(3, core::hash_hex(key)).bind(4, j.dump()).run();
+    Stmt s(db, "SELECT id FROM configs WHERE family = ?1 AND key = ?2");
+    s.bind(1, family).bind(2, key).step();
+    return s.int64(0);
+  }
+
+  std::int64_t upsert_compile(const core::CompileRecord& rec, const std::string& family,
+                              const std::string& source_hash, const std::string& nvrtc_version) {
+    const std::string cache_key =
+        !rec.cache_key.empty()
+            ? rec.cache_key
+            : core::hash_hex(family + '\n' + source_hash + '\n' + rec.arch + '\n' + rec.options +
+                             '\n' + rec.name_expression);
+    // A cache hit carries no compile time and maybe no log: it must not replace the real record.
+    const std::string on_conflict =
+        rec.cache_hit
+            ? "DO NOTHING"
+            : "DO UPDATE SET family = excluded.family, arch = excluded.arch, "
+              "options = excluded.options, "
+              "nvrtc_version = CASE WHEN excluded.nvrtc_version <> '' THEN excluded.nvrtc_version "
+              "ELSE nvrtc_version END, "
+              "source_hash = excluded.source_hash, lowered_name = excluded.lowered_name, "
+              "ok = excluded.ok, log = excluded.log, registers = excluded.registers, "
+              "spill_store_bytes = excluded.spill_store_bytes, "
+              "spill_load_bytes = excluded.spill_load_bytes, "
+              "stack_frame_bytes = excluded.stack_frame_bytes, "
+              "shared_static_bytes = excluded.shared_static_bytes, "
+              "cubin_bytes = excluded.cubin_bytes, compile_ms = excluded.compile_ms, "
+              "name_expression = excluded.name_expression, constant_bytes = excluded.constant_bytes";
+    const auto& r = rec.resources;
+    Stmt(db,
+         "INSERT INTO compiles (cache_key, family, arch, options, nvrtc_version, source_hash, "
+         "lowered_name, ok, log, registers, spill_store_bytes, spill_load_bytes, stack_frame_bytes, "
+         "shared_static_bytes, cubin_bytes, compile_ms, name_expression, constant_bytes) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) "
+         "ON CONFLICT (cache_key) " + on_conflict)
+        .bind(1, cache_key).bind(2, family).bind(3, rec.arch).bind(4, rec.options)
+        .bind(5, nvrtc_version).bind(6, source_hash).bind(7, rec.lowered_name).bind(8, rec.ok)
+        .bind(9, rec.log).bind(10, known(r.registers)).bind(11, known(r.spill_store_bytes))
+        .bind(12, known(r.spill_load_bytes)).bind(13, known(r.stack_frame_bytes))
+        .bind(14, known(r.shared_static_bytes)).bind(15, static_cast<std::int64_t>(rec.cubin_bytes))
+        .bind(16, rec.compile_ms).bind(17, rec.name_expression).bind(18, known(r.constant_bytes))
+        .run();
+    Stmt s(db, "SELECT id FROM compiles WHERE cache_key = ?1");
+    s.bind(1, cache_key).step();
+    return s.int64(0);
+  }
+
+  void migrate(const std::filesystem::path& path) {
+    const int latest = Store::latest_version();
+    auto refuse_newer = [&](int v) {
+      if (v > latest)
+        throw core::UserError(path.string() + ": database schema version " + std::to_string(v) +
+                              " is newer than this flashtune build knows (" +
+                              std::to_string(latest) +
+                              "); use a newer flashtune or another database file");
+    };
+    refuse_newer(user_version());
+    if (user_version() == latest) return;
+    Transaction tx(db);
+    const int from = user_version();  // again under the write lock: another process may have migrated
+    refuse_newer(from);
+    for (int v = from; v < latest; ++v) detail::exec(db, embedded::kMigrations[v]);
+    detail::exec(db, "PRAGMA user_version = " + std::to_string(latest));
+    tx.commit();
+  }
+};
+
+Store::Store(const std::filesystem::path& path) : m_path(path), m_impl(std::make_unique<Impl>()) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  sqlite3*& db = m_impl->db;
+  FT_CHECK_SQL(db, sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                   nullptr));
+  FT_CHECK_SQL(db, sqlite3_extended_result_codes(db, 1));
+  FT_CHECK_SQL(db, sqlite3_busy_timeout(db, kBusyTimeoutMs));
+  detail::exec(db, "PRAGMA journal_mode = WAL");  // stays DELETE where WAL is impossible (NFS, :memory:)
+  detail::exec(db, "PRAGMA synchronous = NORMAL");
+  detail::exec(db, "PRAGMA foreign_keys = ON");
+  m_impl->migrate(path);
+}
+
+Store::~Store() = default;
+Store::Store(Store&&) noexcept = default;
+Store& Store::operator=(Store&&) noexcept = default;
+
+int Store::latest_version() { return static_cast<int>(embedded::kMigrations.size()); }
+std::string_view Store::schema_sql() { return embedded::kSchema; }
+int Store::version() const { return m_impl->user_version(); }
+
+std::int64_t Store::begin_run(const RunInfo& i) {
+  Stmt(m_impl->db,
+       "INSERT INTO runs (experiment_name, experiment_path, experiment_hash, command_line, host, "
+       "gpu_name, gpu_arch, gpu_uuid, driver_version, cuda_version, nvrtc_version, project_commit, "
+       "device_key, compile_only, uid) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+       "lower(hex(randomblob(16))))")
+      .bind(1, i.experiment_name).bind(2, i.experiment_path).bind(3, i.experiment_hash)
+      .bind(4, i.command_line).bind(5, i.host).bind(6, i.gpu_name).bind(7, i.gpu_arch)
+      .bind(8, i.gpu_uuid).bind(9, i.driver_version).bind(10, i.cuda_version)
+      .bind(11, i.nvrtc_version).bind(12, i.project_commit).bind(13, i.device_key)
+      .bind(14, i.compile_only)
+      .run();
+  return sqlite3_last_insert_rowid(m_impl->db);
+}
+
+void Store::set_copy_bandwidth(std::int64_t run_id, double gbps) {
+  Stmt(m_impl->db, "UPDATE runs SET copy_gbps = ?2 WHERE id = ?1").bind(1, run_id).bind(2, gbps).run();
+  if (sqlite3_changes(m_impl->db) == 0)
+    throw core::Error("set_copy_bandwidth: no run with id " + std::to_string(run_id));
+}
+
+void Store::finish_run(std::int64_t run_id, const std::string& status) {
+  if (status != "finished" && status != "failed" && status != "interrupted")
+    throw core::Error("finish_run: status must be finished, failed or interrupted, not '" + status +
+                      "'");
+  Stmt(m_impl->db,
+       "UPDATE runs SET status = ?2, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+       "WHERE id = ?1")
+      .bind(1, run_id).bind(2, status).run();
+  if (sqlite3_changes(m_impl->db) == 0)
+    throw core::Error("finish_run: no run with id " + std::to_string(run_id));
+}
+
+std::int64_t Store::record_compile(const core::CompileRecord& rec, const std::string& family,
+                                   const std::string& source_hash,
+                                   const std::string& nvrtc_version) {
+  Transaction tx(m_impl->db);
+  const std::int64_t id = m_impl->upsert_compile(rec, family, source_hash, nvrtc_version);
+  tx.commit();
+  return id;
+}
+
+std::int64_t Store::record_trial(const TrialRecord& t) {
+  sqlite3* db = m_impl->db;
+  Transaction tx(db);
+  Stmt run(db, "SELECT nvrtc_version FROM runs WHERE id = ?1");
+  if (!run.bind(1, t.run_id).step())
+    throw core::Error("record_trial: no run with id " + std::to_string(t.run_id) +
+                      " (call begin_run first)");
+  const std::string nvrtc_version = run.text(0);
+
+  const std::int64_t problem_id = m_impl->upsert_problem(t.family, t.problem);
+  const std::int64_t config_id = m_impl->upsert_config(t.family, t.config);
+  std::optional<std::int64_t> compile_id;
+  if (t.result.compile)
+    compile_id = m_impl->upsert_compile(*t.result.compile, t.family, t.source_hash, nvrtc_version);
+
+  Stmt s(db,
+         "INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
+         "source_hash, device_key, status, reason, compile_id, seed, median_ms, iqr_ms, min_ms, "
+         "max_ms, mean_ms, rel_stdev, converged, cold, n_samples, samples_json, gbps, tflops, "
+         "max_abs_err, max_rel_err, naive_err, tolerance, nan_count, stopped_early) "
+         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
+         "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)");
+  s.bind(1, t.run_id).bind(2, t.experiment_name).bind(3, t.family).bind(4, t.stage)
+      .bind(5, problem_id).bind(6, config_id).bind(7, t.source_hash).bind(8, t.device_key)
+      .bind(9, std::string(core::to_string(t.result.status))).bind(10, t.result.reason)
+      .bind(11, compile_id).bind(12, static_cast<std::int64_t>(t.seed));
+  for (int i = 13; i <= 30; ++i) s.bind_null(i);
+  if (const auto& m = t.result.timing) {
+    s.bind(13, m->median_ms).bind(14, m->iqr_ms).bind(15, m->min_ms).bind(16, m->max_ms)
+        .bind(17, m->mean_ms).bind(18, m->rel_stdev).bind(19, m->converged).bind(20, m->cold)
+        .bind(21, static_cast<std::int64_t>(m->samples_ms.size()))
+        .bind(22, nlohmann::json(m->samples_ms).dump()).bind(23, t.result.gbps)
+        .bind(24, t.result.tflops).bind(30, m->stopped_early);
+  }
+  if (const auto& v = t.result.validation; v && v->checked) {
+    s.bind(25, v->max_abs_err).bind(26, v->max_rel_err).bind(27, v->naive_err)
+        .bind(28, v->tolerance).bind(29, v->nan_count);
+  }
+  s.run();
+  const std::int64_t id = sqlite3_last_insert_rowid(db);
+  tx.commit();
+  return id;
+}
+
+std::optional<core::TrialStatus> Store::find_trial(
+    const std::string& experiment_name, const std::string& stage, const std::string& family,
+    const std::string& problem_key, const std::string& config_key, const std::string& source_hash,
+    const std::string& device_key) const {
+  Stmt s(m_impl->db,
+         "SELECT t.status FROM trials t "
+         "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id "
+         "WHERE t.experiment_name = ?1 AND t.stage = ?2 AND t.family = ?3 AND p.family = ?3 "
+         "AND p.key = ?4 AND c.family = ?3 AND c.key = ?5 AND t.source_hash = ?6 "
+         "AND t.device_key = ?7 ORDER BY t.id DESC LIMIT 1");
+  s.bind(1, experiment_name).bind(2, stage).bind(3, family).bind(4, problem_key)
+      .bind(5, config_key).bind(6, source_hash).bind(7, device_key);
+  if (!s.step()) return std::nullopt;
+  const std::string text = s.text(0);
+  const auto status = core::parse_trial_status(text);
+  if (!status) throw core::Error("find_trial: unknown trial status '" + text + "' in the database");
+  return status;
+}
+
+QueryResult Store::runs() const {
+  Stmt s(m_impl->db,
+         "SELECT r.id, r.started_at AS started, r.experiment_name AS experiment, "
+         "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END AS gpu, r.device_key, "
+         "r.compile_only, r.status, count(t.id) AS trials, "
+         "coalesce(sum(t.status IN ('ok', 'compiled')), 0) AS ok "
+         "FROM runs r LEFT JOIN trials t ON t.run_id = r.id GROUP BY r.id ORDER BY r.id");
+  return collect(s);
+}
+
+QueryResult Store::trials(std::int64_t run_id) const {
+  Stmt s(m_impl->db,
+         "SELECT t.id, t.family, t.stage, p.key AS problem, c.key AS config, t.status, t.reason, " +
+             fmt("t.median_ms") + " AS median_ms, " + fmt("t.iqr_ms") + " AS iqr_ms, " +
+             fmt("t.gbps") + " AS gbps, " + fmt("t.tflops") + " AS tflops, " +
+             fmt("t.max_abs_err", 3) + " AS max_abs_err, k.registers, "
+             "k.spill_store_bytes + k.spill_load_bytes AS spill_bytes, k.shared_static_bytes, " +
+             fmt("k.compile_ms") + " AS compile_ms "
+             "FROM trials t JOIN problems p ON p.id = t.problem_id "
+             "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id "
+             "WHERE t.run_id = ?1 ORDER BY t.id");
+  s.bind(1, run_id);
+  return collect(s);
+}
+
+QueryResult Store::best(const std::string& family_filter) const {
+  Stmt s(m_impl->db,
+         "WITH measured AS ("
+         " SELECT t.*, p.key AS problem, c.key AS config, r.gpu_name AS gpu, r.copy_gbps,"
+         "  row_number() OVER w AS rank, count(*) OVER w AS ok_trials"
+         " FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id"
+         " JOIN configs c ON c.id = t.config_id"
+         " WHERE t.status = 'ok' AND t.median_ms IS NOT NULL AND coalesce(t.stopped_early, 0) = 0"
+         "  AND (?1 = '' OR t.family = ?1)"
+         " WINDOW w AS (PARTITION BY t.family, t.stage, t.problem_id, r.gpu_name"
+         "              ORDER BY t.median_ms, t.id"
+         "              ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))"
+         " SELECT family, stage, problem, gpu, config, " +
+             fmt("median_ms") + " AS median_ms, " + fmt("iqr_ms") + " AS iqr_ms, " + fmt("gbps") +
+             " AS gbps, " + fmt("tflops") + " AS tflops, " + fmt("max_abs_err", 3) +
+             " AS max_abs_err, run_id, id AS trial_id, source_hash,"
+             " CASE WHEN copy_gbps > 0 AND gbps > 0 THEN printf('%.3f', gbps / copy_gbps) END"
+             " AS copy_ratio, ok_trials"
+             " FROM measured WHERE rank = 1 ORDER BY family, stage, problem, gpu");
+  s.bind(1, family_filter);
+  return collect(s);
+}
+
+QueryResult Store::sql(const std::string& select) const {
+  sqlite3* db = m_impl->db;
+  const std::string refused =
+      "db sql: refused: only one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA "
+      "that reads) is allowed: ";
+  sqlite3_stmt* raw = nullptr;
+  sqlite3_stmt* extra = nullptr;
+  int rc = SQLITE_OK, rc_extra = SQLITE_OK;
+  {
+    // The authorizer is consulted while preparing: anything but reading fails with SQLITE_AUTH.
+    struct Authorizer {
+      sqlite3* db;
+      ~Authorizer() { sqlite3_set_authorizer(db, nullptr, nullptr); }
+    } guard{db};
+    FT_CHECK_SQL(db, sqlite3_set_authorizer(db, authorize_read_only, nullptr));
+    const char* tail = nullptr;
+    rc = sqlite3_prepare_v2(db, select.c_str(), static_cast<int>(select.size()), &raw, &tail);
+    if (rc == SQLITE_OK && tail) rc_extra = sqlite3_prepare_v2(db, tail, -1, &extra, nullptr);
+  }
+  const std::string message = sqlite3_errmsg(db);
+  sqlite3_finalize(extra);
+  struct Finalize {
+    sqlite3_stmt* s;
+    ~Finalize() { sqlite3_finalize(s); }
+  } finalize{raw};
+  if (rc == SQLITE_AUTH || rc_extra == SQLITE_AUTH || extra != nullptr || rc_extra != SQLITE_OK)
+    throw core::UserError(refused + select);
+  if (rc != SQLITE_OK) throw core::UserError("db sql: " + message + ": " + select);
+  if (raw == nullptr) throw core::UserError("db sql: no statement in: " + select);
+  if (!sqlite3_stmt_readonly(raw)) throw core::UserError(refused + select);
+
+  // Belt and braces: query_only makes any write that slipped through fail with SQLITE_READONLY.
+  detail::exec(db, "PRAGMA query_only = ON");
+  struct QueryOnly {
+    sqlite3* db;
+    ~QueryOnly() { sqlite3_exec(db, "PRAGMA query_only = OFF", nullptr, nullptr, nullptr); }
+  } query_only{db};
+  QueryResult out;
+  const int n = sqlite3_column_count(raw);
+  for (int i = 0; i < n; ++i) out.columns.emplace_back(sqlite3_column_name(raw, i));
+  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
+    std::vector<std::string> row;
+    for (int i = 0; i < n; ++i) {
+      const auto* p = sqlite3_column_text(raw, i);
+      row.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
+    }
+    out.rows.push_back(std::move(row));
+  }
+  if (rc != SQLITE_DONE) detail::throw_sql(db, rc, "step: " + select);
+  return out;
+}
+
+}  // namespace flashtune::db

@@ -1,0 +1,130 @@
+// db/store.hpp: the SQLite store of runs, problems, configs, compiles and trials (schema: db/schema.sql).
+// Every trial is committed when record_trial returns, so a killed run loses nothing and resumes through
+// find_trial. The only public door to SQLite: sqlite3.h stays inside db/.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::db {
+
+// A failed SQLite call: the SQLite result code, the call or SQL text, SQLite's message and file:line.
+class StoreError : public core::Error {
+ public:
+  StoreError(int code, std::string call, const std::string& message, const char* file, int line);
+  int code() const noexcept { return m_code; }                ///< SQLite (extended) result code
+  const std::string& call() const noexcept { return m_call; } ///< the C call or the SQL that failed
+  const std::string& file() const noexcept { return m_file; }
+  int line() const noexcept { return m_line; }
+
+ private:
+  int m_code;
+  std::string m_call;
+  std::string m_file;
+  int m_line;
+};
+
+// What identifies a run: the experiment and the machine. Empty strings are stored as ''.
+struct RunInfo {
+  std::string experiment_name, experiment_path, experiment_hash, command_line, host, gpu_name,
+      gpu_arch, gpu_uuid, driver_version, cuda_version, nvrtc_version, project_commit, device_key;
+  bool compile_only = false;
+};
+
+// One finished trial. problem/config are stored once per (family, key) and referenced.
+struct TrialRecord {
+  std::int64_t run_id = 0;  ///< from begin_run; must name an existing run
+  std::string experiment_name, family, stage;
+  core::Problem problem;
+  core::Config config;
+  std::string source_hash, device_key;
+  std::uint64_t seed = 0;  ///< stored as its int64 bit pattern, read back exactly
+  core::TrialResult result;
+};
+
+// A query's result as text, ready to print as a table, CSV or JSON. SQL NULL becomes "".
+struct QueryResult {
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// The database at one path. Opening creates the parent folders and the file, switches to WAL, waits up
+// to kBusyTimeoutMs for other processes' locks, and migrates an older schema in one transaction.
+// Durability: WAL with synchronous=NORMAL. A commit is in the WAL file (the OS page cache) when the
+// call returns, so it survives the process being killed (SIGKILL, crash, OOM); only a power loss or OS
+// crash may lose the last few commits, never corrupt the file. Lost trials are simply re-run on resume.
+// Not thread-safe: use one Store per thread or process (several processes may share one file).
+class Store {
+ public:
+  static constexpr int kBusyTimeoutMs = 30000;  ///< [ms] wait for another process's write lock
+
+  /// Opens or creates the database. Throws StoreError on SQLite failures and core::UserError when the
+  /// file's schema is newer than this build knows (latest_version()).
+  explicit Store(const std::filesystem::path& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+
+  static int latest_version();           ///< schema version this build writes (number of migrations)
+  static std::string_view schema_sql();  ///< the documented current schema (db/schema.sql), embedded
+  int version() const;                   ///< PRAGMA user_version of the open file
+  const std::filesystem::path& path() const noexcept { return m_path; }
+
+  /// Inserts a run with status 'running' and started_at = now; returns its id.
+  std::int64_t begin_run(const RunInfo& info);
+  /// Records the measured device-to-device copy bandwidth [GB/s] of the run's GPU.
+  void set_copy_bandwidth(std::int64_t run_id, double gbps);
+  /// Sets finished_at = now and status: "finished" | "failed" | "interrupted" (else throws core::Error).
+  void finish_run(std::int64_t run_id, const std::string& status);
+
+  /// Inserts or updates the compile with rec.cache_key (an empty key is derived from family, source
+  /// hash, arch, options and name expression) and returns its id. A cache-hit record never overwrites
+  /// the stored one (it carries no compile time). nvrtc_version is stored when not empty.
+  std::int64_t record_compile(const core::CompileRecord& rec, const std::string& family,
+                              const std::string& source_hash, const std::string& nvrtc_version = {});
+
+  /// Inserts the trial, its problem and config (upserts) and its compile (linked), in one transaction;
+  /// committed when it returns. The compile's NVRTC version is taken from the run. Returns the trial id.
+  std::int64_t record_trial(const TrialRecord& trial);
+
+  /// Status of the latest trial recorded for this resume key, or nullopt when none.
+  std::optional<core::TrialStatus> find_trial(const std::string& experiment_name,
+                                              const std::string& stage, const std::string& family,
+                                              const std::string& problem_key,
+                                              const std::string& config_key,
+                                              const std::string& source_hash,
+                                              const std::string& device_key) const;
+
+  // Queries for the CLI. Times [ms], rates and errors are text with 5 (errors 3) significant digits.
+  /// id, started, experiment, gpu, device_key, compile_only, status, trials, ok (ok or compiled).
+  QueryResult runs() const;
+  /// The run's trials in order: id, family, stage, problem, config, status, reason, median_ms,
+  /// iqr_ms, gbps, tflops, max_abs_err, registers, spill_bytes, shared_static_bytes, compile_ms.
+  QueryResult trials(std::int64_t run_id) const;
+  /// Per (family, stage, problem key (includes dtype), gpu_name): the config with the lowest median
+  /// among trials with status ok that were measured to the end (not stopped early). Columns: family,
+  /// stage, problem, gpu, config, median_ms, iqr_ms, gbps, tflops, max_abs_err, run_id, trial_id,
+  /// source_hash, copy_ratio (gbps / run's copy_gbps; "" when unknown), ok_trials.
+  /// family_filter: exact family name; empty: all families.
+  QueryResult best(const std::string& family_filter = "") const;
+  /// Runs one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA that only reads).
+  /// Anything that could write (INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, PRAGMA x = y),
+  /// or more than one statement, is refused with core::UserError before it runs.
+  QueryResult sql(const std::string& select) const;
+
+ private:
+  struct Impl;
+  std::filesystem::path m_path;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace flashtune::db

@@ -1,0 +1,602 @@
+// tests/db/store_test.cpp: the SQLite store on temporary files: round trip of every field, best(),
+// resume lookup, migration from schema v1, refusal of newer schemas and of writes through sql(),
+// schema.sql == migrated schema, and trials that survive the process being killed (fork + SIGKILL).
+// Uses sqlite3 directly (only here and in db/) to build old databases independently of the Store.
+#include "db/store.hpp"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+using namespace flashtune;
+using db::QueryResult;
+using db::Store;
+
+namespace {
+
+// A fresh folder per test, removed afterwards.
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    m_dir = std::filesystem::temp_directory_path() /
+            ("ft_db_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+             info->name());
+    std::filesystem::remove_all(m_dir);
+  }
+  void TearDown() override { std::filesystem::remove_all(m_dir); }
+  std::filesystem::path db_path() const { return m_dir / "nested" / "flashtune.db"; }
+  std::filesystem::path m_dir;
+};
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Raw connection for building and inspecting databases without the Store.
+struct Raw {
+  sqlite3* db = nullptr;
+  explicit Raw(const std::filesystem::path& p) {
+    std::filesystem::create_directories(p.parent_path());
+    if (sqlite3_open(p.c_str(), &db) != SQLITE_OK) throw std::runtime_error("open " + p.string());
+  }
+  ~Raw() { sqlite3_close(db); }
+  void exec(const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string m = err ? err : "?";
+      sqlite3_free(err);
+      throw std::runtime_error(m + " in " + sql);
+    }
+  }
+  std::vector<std::vector<std::string>> query(const std::string& sql) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK)
+      throw std::runtime_error(sqlite3_errmsg(db));
+    std::vector<std::vector<std::string>> rows;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(s); ++i) {
+        const auto* t = sqlite3_column_text(s, i);
+        row.emplace_back(t ? reinterpret_cast<const char*>(t) : "<null>");
+      }
+      rows.push_back(std::move(row));
+    }
+    sqlite3_finalize(s);
+    return rows;
+  }
+};
+
+// Tables, columns (name, type, not null, default, pk) and indexes (name, table, unique, columns).
+std::string describe_schema(Raw& raw) {
+  std::ostringstream out;
+  for (const auto& t : raw.query("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                 "AND name NOT LIKE 'sqlite_%' ORDER BY name")) {
+    out << "table " << t[0] << "\n";
+    for (const auto& c : raw.query("SELECT cid, name, type, \"notnull\", dflt_value, pk "
+                                   "FROM pragma_table_info('" + t[0] + "') ORDER BY cid"))
+      out << "  column " << c[0] << " " << c[1] << " " << c[2] << " notnull=" << c[3]
+          << " default=" << c[4] << " pk=" << c[5] << "\n";
+    for (const auto& fk : raw.query("SELECT \"from\", \"table\", \"to\" FROM "
+                                    "pragma_foreign_key_list('" + t[0] + "') ORDER BY \"from\""))
+      out << "  fk " << fk[0] << " -> " << fk[1] << "(" << fk[2] << ")\n";
+  }
+  for (const auto& i : raw.query("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' "
+                                 "ORDER BY tbl_name, name")) {
+    std::string name = i[0];
+    if (name.rfind("sqlite_autoindex_", 0) == 0) name = "autoindex";  // numbered by declaration order
+    out << "index " << name << " on " << i[1];
+    for (const auto& c : raw.query("SELECT name FROM pragma_index_info('" + i[0] + "') ORDER BY seqno"))
+      out << " " << c[0];
+    out << "\n";
+  }
+  return out.str();
+}
+
+db::RunInfo run_info(const std::string& experiment = "weighted_row_sum_sweep") {
+  db::RunInfo r;
+  r.experiment_name = experiment;
+  r.experiment_path = "experiments/" + experiment + ".yaml";
+  r.experiment_hash = "0123456789abcdef";
+  r.command_line = "flashtune run experiments/" + experiment + ".yaml";
+  r.host = "node17";
+  r.gpu_name = "NVIDIA H100 80GB HBM3";
+  r.gpu_arch = "sm_90a";
+  r.gpu_uuid = "GPU-1234";
+  r.driver_version = "12.8";
+  r.cuda_version = "13.0";
+  r.nvrtc_version = "13.0";
+  r.project_commit = "abc123";
+  r.device_key = "h100-sm_90a";
+  return r;
+}
+
+core::Problem problem(std::int64_t rows = 16384, core::DType dtype = core::DType::f16) {
+  core::Problem p;
+  p.dims["rows"] = rows;
+  p.dims["cols"] = 4096;
+  p.dtype = dtype;
+  return p;
+}
+
+core::Config config(std::int64_t block, std::int64_t vec = 4) {
+  core::Config c;
+  c.values["block"] = block;
+  c.values["vec"] = vec;
+  return c;
+}
+
+core::CompileRecord compile_record(const std::string& cache_key) {
+  core::CompileRecord c;
+  c.ok = true;
+  c.arch = "sm_90a";
+  c.options = "-std=c++17 --gpu-architecture=sm_90a";
+  c.name_expression = "weighted_row_sum_kernel<__half, 256, 4>";
+  c.lowered_name = "_Z23weighted_row_sum_kernelI6__halfLi256ELi4EEvPKT_";
+  c.cache_key = cache_key;
+  c.log = "ptxas info    : Used 40 registers";
+  c.resources = {40, 8, 12, 16, 1024, 360};
+  c.compile_ms = 123.5;
+  c.cubin_bytes = 9876;
+  return c;
+}
+
+// A measured, validated trial with the given status and median.
+db::TrialRecord trial(std::int64_t run_id, const core::Config& cfg, core::TrialStatus status,
+                      double median_ms, const std::string& source_hash = "src1",
+                      const std::string& device_key = "h100-sm_90a") {
+  db::TrialRecord t;
+  t.run_id = run_id;
+  t.experiment_name = "weighted_row_sum_sweep";
+  t.family = "weighted_row_sum";
+  t.stage = "fwd";
+  t.problem = problem();
+  t.config = cfg;
+  t.source_hash = source_hash;
+  t.device_key = device_key;
+  t.seed = 42;
+  t.result.status = status;
+  if (status != core::TrialStatus::ok) t.result.reason = "because " + std::string(core::to_string(status));
+  core::Timing m;
+  m.samples_ms = {median_ms * 1.01, median_ms, median_ms * 0.99};
+  m.median_ms = median_ms;
+  m.iqr_ms = median_ms * 0.02;
+  m.min_ms = median_ms * 0.99;
+  m.max_ms = median_ms * 1.01;
+  m.mean_ms = median_ms;
+  m.rel_stdev = 0.01;
+  m.converged = true;
+  t.result.timing = m;
+  core::Validation v;
+  v.checked = true;
+  v.max_abs_err = 1e-3;
+  v.max_rel_err = 2e-3;
+  v.naive_err = 1e-3;
+  v.tolerance = 2.5e-3;
+  v.passed = status == core::TrialStatus::ok;
+  t.result.validation = v;
+  t.result.gbps = 100.0 / median_ms;
+  t.result.tflops = 1.0 / median_ms;
+  return t;
+}
+
+std::size_t column(const QueryResult& q, const std::string& name) {
+  const auto it = std::find(q.columns.begin(), q.columns.end(), name);
+  if (it == q.columns.end()) throw std::runtime_error("no column " + name);
+  return static_cast<std::size_t>(it - q.columns.begin());
+}
+std::string cell(const QueryResult& q, std::size_t row, const std::string& name) {
+  return q.rows.at(row).at(column(q, name));
+}
+
+}  // namespace
+
+TEST_F(StoreTest, RoundTripKeepsEveryField) {
+  std::int64_t run = 0, trial_id = 0;
+  {
+    Store store(db_path());
+    EXPECT_EQ(store.version(), Store::latest_version());
+    run = store.begin_run(run_info());
+    store.set_copy_bandwidth(run, 2500.0);
+    const auto compile_id = store.record_compile(compile_record("ck1"), "weighted_row_sum", "src1", "13.0");
+
+    db::TrialRecord t = trial(run, config(256), core::TrialStatus::ok, 0.5);
+    t.seed = 0xfedcba9876543210ULL;  // above INT64_MAX: stored as its bit pattern
+    t.result.compile = compile_record("ck1");
+    t.result.compile->cache_hit = true;
+    t.result.compile->compile_ms = 0;  // a cache hit must not replace the recorded compile time
+    t.result.timing->stopped_early = false;
+    trial_id = store.record_trial(t);
+    EXPECT_GT(trial_id, 0);
+
+    const QueryResult c = store.sql("SELECT compile_id FROM trials WHERE id = " + std::to_string(trial_id));
+    EXPECT_EQ(c.rows.at(0).at(0), std::to_string(compile_id));
+    store.finish_run(run, "finished");
+  }
+  Store store(db_path());  // reopened: everything was committed
+
+  const QueryResult runs = store.runs();
+  ASSERT_EQ(runs.rows.size(), 1u);
+  EXPECT_EQ(cell(runs, 0, "experiment"), "weighted_row_sum_sweep");
+  EXPECT_EQ(cell(runs, 0, "gpu"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(cell(runs, 0, "status"), "finished");
+  EXPECT_EQ(cell(runs, 0, "trials"), "1");
+  EXPECT_EQ(cell(runs, 0, "ok"), "1");
+
+  const QueryResult r = store.sql(
+      "SELECT experiment_path, experiment_hash, command_line, host, gpu_uuid, driver_version, "
+      "cuda_version, nvrtc_version, project_commit, device_key, compile_only, copy_gbps, "
+      "finished_at IS NOT NULL, length(uid) FROM runs");
+  EXPECT_EQ(r.rows.at(0), (std::vector<std::string>{
+                              "experiments/weighted_row_sum_sweep.yaml", "0123456789abcdef",
+                              "flashtune run experiments/weighted_row_sum_sweep.yaml", "node17",
+                              "GPU-1234", "12.8", "13.0", "13.0", "abc123", "h100-sm_90a", "0",
+                              "2500.0", "1", "32"}));
+
+  const QueryResult tr = store.trials(run);
+  ASSERT_EQ(tr.rows.size(), 1u);
+  EXPECT_EQ(cell(tr, 0, "family"), "weighted_row_sum");
+  EXPECT_EQ(cell(tr, 0, "stage"), "fwd");
+  EXPECT_EQ(cell(tr, 0, "problem"), "cols=4096,rows=16384,dtype=f16");
+  EXPECT_EQ(cell(tr, 0, "config"), "block=256,vec=4");
+  EXPECT_EQ(cell(tr, 0, "status"), "ok");
+  EXPECT_EQ(cell(tr, 0, "median_ms"), "0.5");
+  EXPECT_EQ(cell(tr, 0, "gbps"), "200");
+  EXPECT_EQ(cell(tr, 0, "registers"), "40");
+  EXPECT_EQ(cell(tr, 0, "spill_bytes"), "20");
+  EXPECT_EQ(cell(tr, 0, "shared_static_bytes"), "1024");
+  EXPECT_EQ(cell(tr, 0, "compile_ms"), "123.5");
+
+  const QueryResult t = store.sql(
+      "SELECT seed, median_ms, iqr_ms, min_ms, max_ms, mean_ms, rel_stdev, converged, cold, "
+      "n_samples, samples_json, tflops, max_abs_err, max_rel_err, naive_err, tolerance, nan_count, "
+      "stopped_early, reason, source_hash, device_key, experiment_name FROM trials");
+  const auto& row = t.rows.at(0);
+  EXPECT_EQ(static_cast<std::uint64_t>(std::stoll(row[0])), 0xfedcba9876543210ULL);
+  EXPECT_DOUBLE_EQ(std::stod(row[1]), 0.5);
+  EXPECT_DOUBLE_EQ(std::stod(row[2]), 0.01);
+  EXPECT_DOUBLE_EQ(std::stod(row[3]), 0.495);
+  EXPECT_DOUBLE_EQ(std::stod(row[4]), 0.505);
+  EXPECT_DOUBLE_EQ(std::stod(row[5]), 0.5);
+  EXPECT_DOUBLE_EQ(std::stod(row[6]), 0.01);
+  EXPECT_EQ(row[7], "1");
+  EXPECT_EQ(row[8], "1");
+  EXPECT_EQ(row[9], "3");
+  EXPECT_EQ(row[10], "[0.505,0.5,0.495]");
+  EXPECT_DOUBLE_EQ(std::stod(row[11]), 2.0);
+  EXPECT_DOUBLE_EQ(std::stod(row[12]), 1e-3);
+  EXPECT_DOUBLE_EQ(std::stod(row[13]), 2e-3);
+  EXPECT_DOUBLE_EQ(std::stod(row[14]), 1e-3);
+  EXPECT_DOUBLE_EQ(std::stod(row[15]), 2.5e-3);
+  EXPECT_EQ(row[16], "0");
+  EXPECT_EQ(row[17], "0");
+  EXPECT_EQ(row[18], "");
+  EXPECT_EQ(row[19], "src1");
+  EXPECT_EQ(row[20], "h100-sm_90a");
+  EXPECT_EQ(row[21], "weighted_row_sum_sweep");
+
+  const QueryResult k = store.sql(
+      "SELECT cache_key, family, arch, options, nvrtc_version, source_hash, lowered_name, ok, log, "
+      "registers, spill_store_bytes, spill_load_bytes, stack_frame_bytes, shared_static_bytes, "
+      "cubin_bytes, compile_ms, name_expression, constant_bytes FROM compiles");
+  ASSERT_EQ(k.rows.size(), 1u);
+  EXPECT_EQ(k.rows[0], (std::vector<std::string>{
+                           "ck1", "weighted_row_sum", "sm_90a", "-std=c++17 --gpu-architecture=sm_90a",
+                           "13.0", "src1", "_Z23weighted_row_sum_kernelI6__halfLi256ELi4EEvPKT_", "1",
+                           "ptxas info    : Used 40 registers", "40", "8", "12", "16", "1024", "9876",
+                           "123.5", "weighted_row_sum_kernel<__half, 256, 4>", "360"}));
+
+  const QueryResult p = store.sql("SELECT json_extract(p.json, '$.dims.rows'), "
+                                  "json_extract(p.json, '$.dtype'), json_extract(c.json, '$.block'), "
+                                  "c.hash FROM problems p, configs c");
+  EXPECT_EQ(p.rows.at(0), (std::vector<std::string>{"16384", "f16", "256", core::hash_hex("block=256,vec=4")}));
+
+  const QueryResult b = store.best();
+  ASSERT_EQ(b.rows.size(), 1u);
+  EXPECT_EQ(cell(b, 0, "trial_id"), std::to_string(trial_id));
+  EXPECT_EQ(cell(b, 0, "copy_ratio"), "0.080");  // 200 / 2500
+}
+
+TEST_F(StoreTest, BestPicksLowestOkMedianAndIgnoresIncorrectCrashedAndStoppedEarly) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  using core::TrialStatus;
+  store.record_trial(trial(run, config(64), TrialStatus::ok, 2.0));
+  const auto winner = store.record_trial(trial(run, config(128), TrialStatus::ok, 1.5));
+  store.record_trial(trial(run, config(256), TrialStatus::incorrect, 0.5));  // fast but wrong
+  auto crashed = trial(run, config(512), TrialStatus::crashed, 0.25);
+  store.record_trial(crashed);
+  auto early = trial(run, config(1024), TrialStatus::ok, 0.1);
+  early.result.timing->stopped_early = true;  // abandoned against an incumbent: not a full measurement
+  store.record_trial(early);
+  auto unmeasured = trial(run, config(32), TrialStatus::compiled, 0);
+  unmeasured.result.timing.reset();
+  store.record_trial(unmeasured);
+  // Another problem (f32) and another family each get their own row.
+  auto other_problem = trial(run, config(64), TrialStatus::ok, 3.0);
+  other_problem.problem = problem(16384, core::DType::f32);
+  const auto other_problem_id = store.record_trial(other_problem);
+  auto other_family = trial(run, config(64), TrialStatus::ok, 0.05);
+  other_family.family = "softmax";
+  store.record_trial(other_family);
+
+  const QueryResult b = store.best("weighted_row_sum");
+  ASSERT_EQ(b.rows.size(), 2u);
+  EXPECT_EQ(cell(b, 0, "problem"), "cols=4096,rows=16384,dtype=f16");
+  EXPECT_EQ(cell(b, 0, "config"), "block=128,vec=4");
+  EXPECT_EQ(cell(b, 0, "trial_id"), std::to_string(winner));
+  EXPECT_EQ(cell(b, 0, "median_ms"), "1.5");
+  EXPECT_EQ(cell(b, 0, "ok_trials"), "2");
+  EXPECT_EQ(cell(b, 0, "copy_ratio"), "");  // no copy bandwidth measured
+  EXPECT_EQ(cell(b, 1, "problem"), "cols=4096,rows=16384,dtype=f32");
+  EXPECT_EQ(cell(b, 1, "trial_id"), std::to_string(other_problem_id));
+  EXPECT_EQ(store.best().rows.size(), 3u);
+  EXPECT_EQ(store.best("no_such_family").rows.size(), 0u);
+
+  // The same problem on another GPU is ranked separately.
+  auto h200 = run_info();
+  h200.gpu_name = "NVIDIA H200";
+  const auto run2 = store.begin_run(h200);
+  store.record_trial(trial(run2, config(64), TrialStatus::ok, 9.0));
+  EXPECT_EQ(store.best("weighted_row_sum").rows.size(), 3u);
+}
+
+TEST_F(StoreTest, FindTrialResumesOnlyTheSameSourceAndDevice) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  const std::string problem_key = problem().key(), config_key = config(256).key();
+  EXPECT_FALSE(store.find_trial("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem_key,
+                                config_key, "src1", "h100-sm_90a"));
+  store.record_trial(trial(run, config(256), core::TrialStatus::crashed, 1.0));
+  auto find = [&](const std::string& stage, const std::string& cfg, const std::string& src,
+                  const std::string& device) {
+    return store.find_trial("weighted_row_sum_sweep", stage, "weighted_row_sum", problem_key, cfg,
+                            src, device);
+  };
+  EXPECT_EQ(find("fwd", config_key, "src1", "h100-sm_90a"), core::TrialStatus::crashed);
+  EXPECT_FALSE(find("fwd", config_key, "src2", "h100-sm_90a"));    // template edited
+  EXPECT_FALSE(find("fwd", config_key, "src1", "h200-sm_90a"));    // other device
+  EXPECT_FALSE(find("bwd", config_key, "src1", "h100-sm_90a"));    // other stage
+  EXPECT_FALSE(find("fwd", config(128).key(), "src1", "h100-sm_90a"));
+  EXPECT_FALSE(store.find_trial("other_experiment", "fwd", "weighted_row_sum", problem_key,
+                                config_key, "src1", "h100-sm_90a"));
+  // The latest record wins (a re-run of a crashed config).
+  store.record_trial(trial(run, config(256), core::TrialStatus::ok, 1.0));
+  EXPECT_EQ(find("fwd", config_key, "src1", "h100-sm_90a"), core::TrialStatus::ok);
+}
+
+TEST_F(StoreTest, MigratesVersion1DatabaseKeepingItsRows) {
+  {
+    Raw raw(db_path());
+    raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations/001_initial.sql"));
+    raw.exec("PRAGMA user_version = 1");
+    raw.exec("INSERT INTO runs (experiment_name, device_key) VALUES ('old_sweep', 'a100')");
+    raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
+    raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
+    raw.exec("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
+             "source_hash, device_key, status, median_ms) "
+             "VALUES (1, 'old_sweep', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.75)");
+    ASSERT_TRUE(raw.query("SELECT name FROM pragma_table_info('trials') WHERE name = 'stopped_early'").empty());
+  }
+  Store store(db_path());
+  EXPECT_EQ(store.version(), Store::latest_version());
+  EXPECT_EQ(store.sql("PRAGMA user_version").rows.at(0).at(0), std::to_string(Store::latest_version()));
+  // The old rows survive, gain the new columns, and the old run got a uid.
+  const QueryResult t = store.sql("SELECT median_ms, stopped_early FROM trials");
+  EXPECT_EQ(t.rows, (std::vector<std::vector<std::string>>{{"0.75", ""}}));
+  EXPECT_EQ(store.sql("SELECT length(uid) FROM runs").rows.at(0).at(0), "32");
+  EXPECT_EQ(store.sql("SELECT count(*) FROM pragma_index_list('trials') WHERE name = 'trials_for_resume'")
+                .rows.at(0).at(0),
+            "1");
+  EXPECT_EQ(store.find_trial("old_sweep", "fwd", "softmax", "rows=8,dtype=f32", "block=32", "s", "a100"),
+            core::TrialStatus::ok);
+  // And new trials go in next to them.
+  const auto run = store.begin_run(run_info());
+  store.record_trial(trial(run, config(256), core::TrialStatus::ok, 1.0));
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), "2");
+}
+
+TEST_F(StoreTest, RefusesADatabaseWithANewerSchema) {
+  { Store store(db_path()); }
+  const int newer = Store::latest_version() + 1;
+  { Raw(db_path()).exec("PRAGMA user_version = " + std::to_string(newer)); }
+  try {
+    Store store(db_path());
+    FAIL() << "a newer schema was opened";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(newer)), std::string::npos) << e.what();
+  }
+  Raw raw(db_path());
+  EXPECT_EQ(raw.query("PRAGMA user_version").at(0).at(0), std::to_string(newer));  // untouched
+}
+
+TEST_F(StoreTest, SqlRefusesEveryWrite) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  store.record_trial(trial(run, config(256), core::TrialStatus::ok, 1.0));
+  for (const std::string bad :
+       {"INSERT INTO runs (experiment_name) VALUES ('x')", "DELETE FROM trials",
+        "UPDATE trials SET median_ms = 0", "DROP TABLE trials", "CREATE TABLE x (a)",
+        "PRAGMA user_version = 9", "PRAGMA journal_mode = DELETE", "PRAGMA journal_mode", "PRAGMA query_only = OFF",
+        "PRAGMA wal_checkpoint", "ATTACH DATABASE ':memory:' AS other", "BEGIN",
+        "WITH x AS (SELECT 1) DELETE FROM trials", "SELECT 1; DELETE FROM trials",
+        "REPLACE INTO configs (family, key, hash, json) VALUES ('a', 'b', 'c', 'd')", "VACUUM",
+        "REINDEX", "ANALYZE", "UPDATE sqlite_master SET sql = ''", "PRAGMA optimize"}) {
+    EXPECT_THROW(store.sql(bad), core::UserError) << bad;
+  }
+  EXPECT_THROW(store.sql("SELEKT 1"), core::UserError);
+  EXPECT_EQ(store.sql("SELECT count(*), min(median_ms) FROM trials").rows.at(0),
+            (std::vector<std::string>{"1", "1.0"}));
+  EXPECT_EQ(store.sql("PRAGMA user_version").rows.at(0).at(0), std::to_string(Store::latest_version()));
+  EXPECT_EQ(store.sql("SELECT * FROM pragma_journal_mode").rows.at(0).at(0), "wal");
+  // Pragma functions with a value either fail or do not change anything.
+  for (const std::string sneaky : {"SELECT * FROM pragma_journal_mode('delete')",
+                                   "SELECT * FROM pragma_user_version(9)"}) {
+    try {
+      store.sql(sneaky);
+    } catch (const core::Error&) {
+    }
+  }
+  EXPECT_EQ(Raw(db_path()).query("PRAGMA journal_mode").at(0).at(0), "wal");  // WAL persists in the file
+  EXPECT_EQ(store.version(), Store::latest_version());
+  EXPECT_FALSE(store.sql("PRAGMA table_info(trials)").rows.empty());
+  EXPECT_EQ(store.sql("WITH x AS (SELECT 2 AS a) SELECT a, NULL FROM x").rows.at(0),
+            (std::vector<std::string>{"2", ""}));
+  // The store still writes after sql() (query_only was switched back off).
+  store.record_trial(trial(run, config(128), core::TrialStatus::ok, 1.0));
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), "2");
+}
+
+TEST_F(StoreTest, SchemaFileEqualsTheMigratedSchema) {
+  EXPECT_EQ(std::string(Store::schema_sql()),
+            read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/schema.sql"));  // embedded = source
+  { Store store(db_path()); }
+  Raw migrated(db_path());
+  Raw documented(m_dir / "from_schema.db");
+  documented.exec(std::string(Store::schema_sql()));
+  const std::string a = describe_schema(migrated), b = describe_schema(documented);
+  EXPECT_NE(a.find("column 0 id INTEGER"), std::string::npos) << a;
+  EXPECT_NE(a.find("index trials_for_resume on trials"), std::string::npos) << a;
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(StoreTest, RejectsBadRunsWithoutLeavingPartialRows) {
+  Store store(db_path());
+  EXPECT_THROW(store.record_trial(trial(99, config(256), core::TrialStatus::ok, 1.0)), core::Error);
+  EXPECT_EQ(store.sql("SELECT count(*) FROM problems").rows.at(0).at(0), "0");  // rolled back
+  const auto run = store.begin_run(run_info());
+  EXPECT_THROW(store.finish_run(run, "done"), core::Error);
+  EXPECT_THROW(store.finish_run(run + 1, "failed"), core::Error);
+  EXPECT_THROW(store.set_copy_bandwidth(run + 1, 1.0), core::Error);
+  store.finish_run(run, "interrupted");
+  EXPECT_EQ(cell(store.runs(), 0, "status"), "interrupted");
+}
+
+TEST_F(StoreTest, StoreErrorCarriesCodeCallAndLocation) {
+  std::filesystem::create_directories(m_dir);
+  { std::ofstream(m_dir / "not_a_db") << std::string(4096, 'x'); }
+  try {
+    Store store(m_dir / "not_a_db");
+    FAIL() << "opened a file that is not a database";
+  } catch (const db::StoreError& e) {
+    EXPECT_EQ(e.code() & 0xff, SQLITE_NOTADB) << e.what();
+    EXPECT_FALSE(e.call().empty());
+    EXPECT_NE(e.file().find("store.cpp"), std::string::npos) << e.file();
+    EXPECT_GT(e.line(), 0);
+  }
+}
+
+TEST_F(StoreTest, TrialSurvivesTheProcessBeingKilled) {
+  std::filesystem::create_directories(db_path().parent_path());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // never returns: no gtest in here
+    try {
+      Store store(db_path());
+      const auto run = store.begin_run(run_info());
+      store.record_trial(trial(run, config(256), core::TrialStatus::ok, 1.0));
+    } catch (...) {
+      _exit(3);
+    }
+    raise(SIGKILL);  // in the middle of the Store's life: nothing closed, no checkpoint
+    _exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;
+  Store store(db_path());
+  EXPECT_EQ(store.find_trial("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                             config(256).key(), "src1", "h100-sm_90a"),
+            core::TrialStatus::ok);
+  EXPECT_EQ(cell(store.runs(), 0, "status"), "running");  // never finished
+}
+
+TEST_F(StoreTest, AllTrialsBeforeAKillMidRunArePresent) {
+  std::filesystem::create_directories(db_path().parent_path());
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[0]);
+    try {
+      Store store(db_path());
+      const auto run = store.begin_run(run_info());
+      for (int i = 0; i < 100000; ++i) {  // until killed
+        store.record_trial(trial(run, config(i + 1), core::TrialStatus::ok, 1.0 + i));
+        const char done = 1;
+        if (write(pipe_fds[1], &done, 1) != 1) _exit(5);  // tell the parent trial i is committed
+      }
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  constexpr int kCommitted = 7;
+  for (int got = 0; got < kCommitted;) {
+    char c;
+    ASSERT_EQ(read(pipe_fds[0], &c, 1), 1) << "child died early";
+    ++got;
+  }
+  kill(child, SIGKILL);  // most likely in the middle of trial kCommitted + 1
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(pipe_fds[0]);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
+
+  Store store(db_path());
+  for (int i = 0; i < kCommitted; ++i)
+    EXPECT_EQ(store.find_trial("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                               config(i + 1).key(), "src1", "h100-sm_90a"),
+              core::TrialStatus::ok)
+        << "trial " << i;
+  EXPECT_GE(std::stoi(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0)), kCommitted);
+  EXPECT_EQ(store.sql("PRAGMA integrity_check").rows.at(0).at(0), "ok");
+  // No half-recorded trial: every trial has its problem and config.
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials t LEFT JOIN configs c ON c.id = t.config_id "
+                      "WHERE c.id IS NULL").rows.at(0).at(0),
+            "0");
+}
+
+TEST_F(StoreTest, TwoProcessesWriteConcurrentlyWithoutLosingTrials) {
+  { Store store(db_path()); }  // migrate once, then race
+  constexpr int kPerProcess = 40;
+  auto write_trials = [&](int offset) {
+    Store store(db_path());
+    const auto run = store.begin_run(run_info());
+    for (int i = 0; i < kPerProcess; ++i)
+      store.record_trial(trial(run, config(offset + i), core::TrialStatus::ok, 1.0));
+  };
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      write_trials(1000);
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(0);
+  }
+  write_trials(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  Store store(db_path());
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), std::to_string(2 * kPerProcess));
+  EXPECT_EQ(store.runs().rows.size(), 2u);
+}
