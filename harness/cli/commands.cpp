@@ -1,0 +1,352 @@
+// harness/cli/commands.cpp: subcommands of the flashtune CLI, parsed with Boost.Program_options.
+// Only this file turns errors into exit codes and messages.
+#include "harness/cli/commands.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "db/store.hpp"
+#include "harness/cli/table.hpp"
+#include "harness/core/types.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/cuda/driver.hpp"
+#include "harness/experiment/experiment.hpp"
+#include "harness/jit/compiler.hpp"
+#include "harness/kernels/family.hpp"
+#include "harness/runner/runner.hpp"
+
+namespace po = boost::program_options;
+
+namespace flashtune::cli {
+namespace {
+
+constexpr const char* kDefaultDb = "db/flashtune.sqlite";
+
+const char* kUsage = R"(flashtune: research harness and autotuner for Flash Attention kernels
+
+usage: flashtune <command> [options]      (flashtune <command> --help for each)
+
+commands:
+  run EXPERIMENT.yaml   tune and measure the experiment's kernels, record every trial
+  devices               list the GPUs the driver sees (and why none, if none)
+  kernels [FAMILY]      list kernel families, their tunables and constraints
+  query WHAT            runs | trials RUN | best | sql "SELECT ..." from the database
+  export                best configs per problem and GPU, as JSON or CSV, for other projects
+)";
+
+char** g_argv = nullptr;  // kept to start a fresh process after a sticky CUDA error
+constexpr int kMaxRestarts = 64;
+
+// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU.
+// The run recorded that config as crashed; a fresh process with the same arguments resumes past it.
+[[noreturn]] void restart_after_crash() {
+  const char* env = std::getenv("FLASHTUNE_RESTARTS");
+  const int restarts = env ? std::atoi(env) : 0;
+  if (restarts >= kMaxRestarts)
+    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after crashed kernels");
+  ::setenv("FLASHTUNE_RESTARTS", std::to_string(restarts + 1).c_str(), 1);
+  std::cerr << "restarting in a fresh process to resume past the crashed config (" << restarts + 1 << ")\n";
+  std::cout.flush();
+  ::execv("/proc/self/exe", g_argv);
+  throw core::Error(std::string("could not restart: ") + std::strerror(errno));
+}
+
+std::string joined_command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+// Parses a subcommand's options; prints help (with examples) and returns false when --help was given.
+bool parse(const std::vector<std::string>& args, po::options_description& opts,
+           const po::positional_options_description& pos, po::variables_map& vm, const std::string& usage,
+           const std::string& examples) {
+  opts.add_options()("help,h", "show this help");
+  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: " << usage << "\n\n" << opts << "\nexamples:\n" << examples;
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
+  po::options_description opts("run options");
+  std::string experiment_path, db, arch, templates, cache;
+  int device = 0;
+  opts.add_options()
+      ("experiment", po::value(&experiment_path)->required(), "experiment YAML file")
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database (created if missing)")
+      ("device", po::value(&device)->default_value(0), "GPU ordinal")
+      ("compile-only", "check, enumerate and compile every config without launching (automatic without a GPU)")
+      ("arch", po::value(&arch), "compile-only target (sm_80, sm_86, sm_89, sm_90, sm_90a); default: the experiment's")
+      ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
+      ("cache", po::value(&cache), "CUBIN cache folder (default $FLASHTUNE_CACHE_DIR or ~/.cache/flashtune)")
+      ("no-cache", "compile every config afresh")
+      ("verbose,v", "more detail per trial");
+  po::positional_options_description pos;
+  pos.add("experiment", 1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune run EXPERIMENT.yaml [options]",
+             "  flashtune run experiments/quickstart.yaml\n"
+             "  flashtune run experiments/rows_16k_4k.yaml --db results.sqlite --device 1\n"
+             "  flashtune run experiments/quickstart.yaml --compile-only --arch sm_80\n"
+             "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"))
+    return 0;
+
+  const auto exp = experiment::load_experiment(experiment_path);
+  runner::RunOptions ro;
+  ro.db_path = db;
+  ro.device = device;
+  ro.compile_only = vm.count("compile-only") > 0;
+  ro.arch = arch;
+  if (!templates.empty()) {
+    if (!std::filesystem::is_directory(templates)) throw core::UserError("--templates " + templates + ": not a folder");
+    ro.templates = templates;
+  }
+  if (!vm.count("no-cache")) ro.cache_dir = cache.empty() ? jit::default_cache_dir() : std::filesystem::path(cache);
+  ro.command_line = command_line;
+  ro.verbose = vm.count("verbose") > 0;
+  if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before any work
+
+  std::signal(SIGINT, [](int) { runner::request_stop(); });
+  std::signal(SIGTERM, [](int) { runner::request_stop(); });
+  const auto s = runner::run_experiment(exp, ro);
+  if (s.poisoned) restart_after_crash();
+
+  std::cout << "\nrun " << s.run_id << " (" << exp.name << ") on " << s.device_key << ": " << s.proposed << " configs";
+  for (const auto& [status, n] : s.by_status) std::cout << ", " << n << " " << status;
+  if (s.resumed) std::cout << ", " << s.resumed << " already recorded";
+  if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
+  std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
+  if (!s.best.empty()) {
+    Table t{{"family", "stage", "problem", "best config", "median_us", "GB/s", "of_copy", "TFLOP/s", "max_abs_err"}, {}};
+    for (const auto& b : s.best) {
+      auto num = [](double v, int prec) { std::ostringstream o; o.setf(std::ios::fixed); o.precision(prec); o << v; return o.str(); };
+      t.rows.push_back({b.family, b.stage, b.problem, b.config, num(b.median_ms * 1000, 2), num(b.gbps, 0),
+                        s.copy_gbps > 0 ? num(100 * b.gbps / s.copy_gbps, 1) + "%" : "", num(b.tflops, 2),
+                        num(b.max_abs_err, 9)});
+    }
+    std::cout << '\n';
+    print_table(std::cout, t, Format::table);
+  }
+  if (s.copy_gbps > 0) std::cout << "copy bandwidth (device-to-device, read+write): " << static_cast<long>(s.copy_gbps) << " GB/s\n";
+  return s.interrupted ? 130 : 0;
+}
+
+int cmd_devices(const std::vector<std::string>& args) {
+  po::options_description opts("devices options");
+  po::variables_map vm;
+  if (!parse(args, opts, {}, vm, "flashtune devices", "  flashtune devices\n")) return 0;
+  std::string why;
+  if (!cuda::driver_available(&why)) {
+    std::cout << "no GPU found: " << why << "\n(run and tests still work in compile-only mode)\n";
+    return 0;
+  }
+  const int n = cuda::device_count();
+  if (n == 0) {
+    std::cout << "no GPU found: the NVIDIA driver reports no CUDA device\n";
+    return 0;
+  }
+  Table t{{"ordinal", "name", "arch", "SMs", "memory_GiB", "L2_MiB", "smem_optin_KiB", "uuid", "driver"}, {}};
+  for (int i = 0; i < n; ++i) {
+    const auto d = cuda::query_device(i);
+    t.rows.push_back({std::to_string(i), d.name, d.arch, std::to_string(d.num_sms),
+                      std::to_string(d.total_mem_bytes >> 30), std::to_string(d.l2_bytes >> 20),
+                      std::to_string(d.limits.max_shared_per_block_optin >> 10), d.uuid,
+                      std::to_string(d.driver_version / 1000) + "." + std::to_string(d.driver_version % 1000 / 10)});
+  }
+  print_table(std::cout, t, Format::table);
+  std::cout << "NVRTC " << jit::Compiler::nvrtc_version() << '\n';
+  return 0;
+}
+
+int cmd_kernels(const std::vector<std::string>& args) {
+  po::options_description opts("kernels options");
+  std::string name;
+  opts.add_options()("family", po::value(&name), "show one family in detail");
+  po::positional_options_description pos;
+  pos.add("family", 1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune kernels [FAMILY]", "  flashtune kernels\n  flashtune kernels softmax\n"))
+    return 0;
+  if (!name.empty() && !kernels::find_family(name)) {
+    std::string known;
+    for (const auto& f : kernels::all_families()) known += (known.empty() ? "" : ", ") + f->name();
+    throw core::UserError("unknown kernel family '" + name + "' (known: " + known + ")");
+  }
+  for (const auto& f : kernels::all_families()) {
+    if (!name.empty() && f->name() != name) continue;
+    std::cout << f->name() << " [" << f->stage() << "]  " << f->description() << "\n  template: " << f->template_file()
+              << "\n  problem dims:";
+    for (const auto& d : f->problem_dims()) std::cout << ' ' << d;
+    std::cout << "\n  dtypes:";
+    for (auto d : f->dtypes()) std::cout << ' ' << core::to_string(d);
+    std::cout << "\n  tunables:\n";
+    for (const auto& t : f->tunables()) {
+      std::cout << "    " << t.name << " in {";
+      for (std::size_t i = 0; i < t.values.size(); ++i) std::cout << (i ? ", " : "") << t.values[i];
+      std::cout << "}  " << t.doc << '\n';
+    }
+    std::cout << "  constraints:\n";
+    for (const auto& c : f->constraints()) std::cout << "    " << c << '\n';
+    std::cout << '\n';
+  }
+  return 0;
+}
+
+Table to_table(const db::QueryResult& q) { return Table{q.columns, q.rows}; }
+
+int cmd_query(const std::vector<std::string>& args) {
+  po::options_description opts("query options");
+  std::string what, arg, db, format, family;
+  opts.add_options()
+      ("what", po::value(&what)->required(), "runs | trials | best | sql")
+      ("arg", po::value(&arg), "run id (trials) or a SELECT statement (sql)")
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("family", po::value(&family), "best: only this kernel family")
+      ("format", po::value(&format)->default_value("table"), "table | csv | json");
+  po::positional_options_description pos;
+  pos.add("what", 1).add("arg", 1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune query runs|trials RUN|best|sql \"SELECT ...\" [options]",
+             "  flashtune query runs\n  flashtune query trials 3 --format csv\n  flashtune query best --family softmax\n"
+             "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"))
+    return 0;
+  const Format f = parse_format(format);
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  if (what == "runs") print_table(std::cout, to_table(store.runs()), f);
+  else if (what == "trials") {
+    if (arg.empty()) throw core::UserError("query trials needs a run id (flashtune query runs lists them)");
+    std::int64_t id = 0;
+    try { id = std::stoll(arg); } catch (...) { throw core::UserError("query trials: '" + arg + "' is not a run id"); }
+    print_table(std::cout, to_table(store.trials(id)), f);
+  } else if (what == "best") print_table(std::cout, to_table(store.best(family)), f);
+  else if (what == "sql") {
+    if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
+    print_table(std::cout, to_table(store.sql(arg)), f);
+  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, sql)");
+  return 0;
+}
+
+// "cols=4096,rows=16384,dtype=f32" -> {"cols":4096,"rows":16384,"dtype":"f32"}
+nlohmann::json key_to_json(const std::string& key) {
+  nlohmann::json o = nlohmann::json::object();
+  std::istringstream in(key);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    try {
+      std::size_t used = 0;
+      const long long n = std::stoll(v, &used);
+      if (used == v.size()) { o[k] = n; continue; }
+    } catch (...) {
+    }
+    o[k] = v;
+  }
+  return o;
+}
+
+int cmd_export(const std::vector<std::string>& args) {
+  po::options_description opts("export options");
+  std::string db, format, out, family;
+  opts.add_options()
+      ("format", po::value(&format)->default_value("json"), "json | csv")
+      ("out,o", po::value(&out), "output file (default: standard output)")
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("family", po::value(&family), "only this kernel family");
+  po::variables_map vm;
+  if (!parse(args, opts, {}, vm, "flashtune export --format json|csv [--out FILE] [options]",
+             "  flashtune export --format json --out best.json\n  flashtune export --format csv --family softmax\n"))
+    return 0;
+  if (format != "json" && format != "csv") throw core::UserError("export --format must be json or csv, not '" + format + "'");
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  const auto best = store.best(family);
+  std::ostringstream text;
+  if (format == "csv") {
+    print_table(text, to_table(best), Format::csv);
+  } else {
+    nlohmann::json doc;
+    doc["generator"] = "flashtune";
+    doc["schema"] = 1;
+    doc["lookup_rule"] =
+        "match family, stage and gpu; take the entry with the same dtype and problem dims; otherwise the entry of "
+        "the same dtype whose dims are nearest in sum of |log2(a/b)| over the dims";
+    nlohmann::json entries = nlohmann::json::array();
+    for (const auto& row : best.rows) {
+      nlohmann::json e = nlohmann::json::object();
+      for (std::size_t i = 0; i < best.columns.size() && i < row.size(); ++i) {
+        const auto& c = best.columns[i];
+        if (c == "problem" || c == "config") e[c] = key_to_json(row[i]);
+        else {
+          char* end = nullptr;
+          const double v = std::strtod(row[i].c_str(), &end);
+          if (!row[i].empty() && end && *end == '\0' && c != "source_hash") e[c] = v;
+          else e[c] = row[i];
+        }
+      }
+      entries.push_back(std::move(e));
+    }
+    doc["entries"] = std::move(entries);
+    text << doc.dump(2) << '\n';
+  }
+  if (out.empty()) std::cout << text.str();
+  else {
+    std::ofstream f(out);
+    if (!(f << text.str())) throw core::UserError("cannot write " + out);
+    std::cerr << "wrote " << best.rows.size() << " best configs to " << out << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  const std::string command_line = joined_command_line(argc, argv);
+  g_argv = argv;
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (cmd == "run") return cmd_run(args, command_line);
+    if (cmd == "devices") return cmd_devices(args);
+    if (cmd == "kernels") return cmd_kernels(args);
+    if (cmd == "query") return cmd_query(args);
+    if (cmd == "export") return cmd_export(args);
+    std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
+    return 2;
+  } catch (const po::error& e) {
+    std::cerr << "flashtune " << cmd << ": " << e.what() << " (see flashtune " << cmd << " --help)\n";
+    return 2;
+  } catch (const core::UserError& e) {
+    std::cerr << "flashtune " << cmd << ": " << e.what() << '\n';
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "flashtune " << cmd << ": error: " << e.what() << '\n';
+    return 1;
+  }
+}
+
+}  // namespace flashtune::cli

@@ -1,0 +1,49 @@
+// harness/cuda/module.hpp: a loaded CUBIN (move-only), its kernels, their resources, and the one launch
+// helper every kernel launch goes through (it opts into > 48 KiB of dynamic shared memory when asked).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::cuda {
+
+class Module {
+ public:
+  /// Loads a CUBIN (as NVRTC made it) into the current context. Throws CudaError, e.g.
+  /// CUDA_ERROR_NO_BINARY_FOR_GPU when it was built for another architecture.
+  explicit Module(const std::vector<char>& cubin);
+  ~Module();
+  Module(Module&& other) noexcept;
+  Module& operator=(Module&& other) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  CUmodule get() const noexcept { return m_module; }
+  /// The kernel of that mangled (lowered) name; throws CudaError (CUDA_ERROR_NOT_FOUND) when absent.
+  /// The handle lives as long as the module.
+  CUfunction function(const std::string& lowered_name) const;
+
+ private:
+  void unload() noexcept;
+  CUmodule m_module = nullptr;
+  std::uint64_t m_generation = 0;
+};
+
+/// Launches `f` on `stream` with kernel arguments `args` (pointers to each argument, in order). When
+/// `dynamic_smem_bytes` exceeds 48 KiB, first raises the function's dynamic shared memory limit to it.
+/// Throws CudaError for launch errors the driver reports at once (bad configuration, too many resources);
+/// faults inside the kernel surface at the next synchronization.
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
+            unsigned dynamic_smem_bytes, CUstream stream, void** args);
+
+/// The loaded function's resources as the driver reports them: registers, local memory per thread
+/// (reported as stack_frame_bytes), static shared and user constant memory. Spills are unknown (-1):
+/// they come from the ptxas report (jit::parse_ptxas_report).
+core::KernelResources function_resources(CUfunction f);
+
+}  // namespace flashtune::cuda

@@ -1,0 +1,78 @@
+// harness/jit/compiler.hpp: NVRTC as a typed chain, CUDA C++ text -> CUBIN for a named arch, with the
+// ptxas resource report parsed and a disk cache keyed by everything that decides the output. Runs without
+// a GPU or driver (compiling for sm_90a on a laptop works). A compile error is a result, never an exception.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "harness/core/types.hpp"
+#include "harness/jit/template_store.hpp"
+
+namespace flashtune::jit {
+
+/// An NVRTC call failed for a reason other than the program's text (out of memory, missing builtins).
+class NvrtcError : public core::Error {
+ public:
+  NvrtcError(int code, const std::string& call, const char* file, int line);
+  int code() const noexcept { return m_code; }  ///< the nvrtcResult
+
+ private:
+  int m_code;
+};
+
+struct CompileRequest {
+  std::string source;           ///< CUDA C++ text of the translation unit
+  std::string source_name;      ///< shown in the log: "weighted_row_sum.cuh"
+  std::string name_expression;  ///< "weighted_row_sum_kernel<float, 256, 4>"; empty: no lowered name
+  std::vector<std::string> defines;  ///< "FT_FOO=1" -> -DFT_FOO=1
+  std::string arch = "sm_90a";       ///< NVRTC target, compiled straight to CUBIN
+  std::vector<std::string> extra_options;
+  /// Headers `#include "x.cuh"` can name, besides the embedded templates (same name: this one wins).
+  /// Pass template_headers(override_dir) when templates come from an override folder.
+  std::vector<TemplateFile> headers;
+};
+
+struct CompileOutput {
+  core::CompileRecord record;  ///< ok=false with the log on a compile error
+  std::vector<char> cubin;     ///< empty unless record.ok
+};
+
+class Compiler {
+ public:
+  /// `cache_dir`: where CUBINs are kept between runs (created on first write); nullopt: no cache.
+  explicit Compiler(std::optional<std::filesystem::path> cache_dir = std::nullopt);
+
+  /// Compiles `req`. Options: --gpu-architecture=<arch> -std=c++17 -lineinfo --ptxas-options=-v,
+  /// --no-cache (NVRTC >= 12.9, whose own cache would skip ptxas and its report), the defines, the extra
+  /// options, and -I<CUDA include dir> when one exists on this machine. Thread safe.
+  /// Throws NvrtcError only for infrastructure failures; compile errors give record.ok == false.
+  CompileOutput compile(const CompileRequest& req) const;
+
+  /// The options compile() would pass for `req`, in order.
+  static std::vector<std::string> options_for(const CompileRequest& req);
+  /// The cache key compile() would use for `req`: hex hash of the source, the headers it can reach,
+  /// the options, the arch, the NVRTC version and the name expression.
+  static std::string cache_key(const CompileRequest& req);
+
+  static std::string nvrtc_version();  ///< "13.0"
+  const std::optional<std::filesystem::path>& cache_dir() const noexcept { return m_cache_dir; }
+
+ private:
+  std::optional<std::filesystem::path> m_cache_dir;
+};
+
+/// $FLASHTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flashtune, else $HOME/.cache/flashtune; nullopt when none
+/// of these variables is set.
+std::optional<std::filesystem::path> default_cache_dir();
+
+/// Resources of kernel `lowered_name` from a ptxas verbose report ("Used N registers, ... N bytes smem",
+/// "N bytes stack frame, N bytes spill stores, N bytes spill loads"), which may cover several kernels.
+/// constant_bytes sums the user constant banks (cmem[1..]). Empty `lowered_name`: the report's only kernel.
+/// Fields stay -1 when the report does not mention the kernel.
+core::KernelResources parse_ptxas_report(std::string_view log, const std::string& lowered_name);
+
+}  // namespace flashtune::jit

@@ -1,0 +1,30 @@
+// harness/jit/template_store.hpp: kernel template text, from the copy embedded at build time or, when a
+// researcher points at a folder of edited templates, from that folder (edit a kernel, rerun, no rebuild).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flashtune::jit {
+
+/// One template file as NVRTC sees it: `#include "name"` finds `text`.
+struct TemplateFile {
+  std::string name;  ///< "ft_common.cuh"
+  std::string text;
+};
+
+/// File names of every template embedded in this binary, sorted.
+std::vector<std::string> embedded_template_names();
+
+/// The text of template `file` ("attn_fwd.cuh"): `override_dir`/file when that exists, else the embedded
+/// copy. Throws core::UserError naming the file and the known ones when neither has it, core::Error when
+/// the override file cannot be read.
+std::string load_template(const std::string& file, const std::optional<std::filesystem::path>& override_dir);
+
+/// Every template, for NVRTC's header table: the embedded ones, each replaced by `override_dir`'s copy
+/// when present, plus the *.cuh files only `override_dir` has. Sorted by name.
+std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::path>& override_dir);
+
+}  // namespace flashtune::jit

@@ -1,0 +1,13 @@
+// harness/kernels/builtin.hpp: factories of the families built into flashtune (registry.cpp lists them).
+#pragma once
+
+#include <memory>
+
+#include "harness/kernels/family.hpp"
+
+namespace flashtune::kernels {
+
+std::unique_ptr<KernelFamily> make_weighted_row_sum_family();  ///< weighted_row_sum.cpp
+std::unique_ptr<KernelFamily> make_softmax_family();           ///< softmax.cpp
+
+}  // namespace flashtune::kernels

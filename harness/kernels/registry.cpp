@@ -1,0 +1,22 @@
+// harness/kernels/registry.cpp: the list of built-in kernel families and lookup by name.
+#include "harness/kernels/builtin.hpp"
+
+namespace flashtune::kernels {
+
+const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
+  static const std::vector<std::unique_ptr<KernelFamily>> families = [] {
+    std::vector<std::unique_ptr<KernelFamily>> v;
+    v.push_back(make_weighted_row_sum_family());
+    v.push_back(make_softmax_family());
+    return v;
+  }();
+  return families;
+}
+
+const KernelFamily* find_family(const std::string& name) {
+  for (const auto& f : all_families())
+    if (f->name() == name) return f.get();
+  return nullptr;
+}
+
+}  // namespace flashtune::kernels

@@ -1,0 +1,115 @@
+// harness/measure/measure.cpp: the sampling loop, the L2 flush and the copy-bandwidth ceiling.
+#include "harness/measure/measure.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "harness/cuda/check.hpp"
+#include "harness/cuda/driver.hpp"
+#include "harness/measure/stats.hpp"
+
+namespace flashtune::measure {
+
+namespace {
+constexpr std::int64_t kDefaultL2Bytes = 64ll << 20;  // [bytes] when the device's L2 size is unknown
+constexpr int kMaxBatch = 16;          // samples enqueued between two host synchronizations
+constexpr double kBatchTargetMs = 2.0; // [ms] of kernel time per batch once the kernel's time is known
+}  // namespace
+
+L2Flusher::L2Flusher(std::int64_t l2_bytes)
+    : m_buffer(static_cast<std::size_t>(2 * (l2_bytes > 0 ? l2_bytes : kDefaultL2Bytes))) {}
+
+void L2Flusher::flush(CUstream stream) {
+  m_buffer.fill_u32(++m_value, stream);  // a new value each time: no chance of a write being elided
+}
+
+core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
+                     const core::MeasureSettings& s, L2Flusher* flusher, std::optional<EarlyExit> early_exit) {
+  using Clock = std::chrono::steady_clock;
+  const auto wall_start = Clock::now();
+  const CUstream st = stream.get();
+  const int max_samples = std::max(1, s.max_samples);
+  const int min_samples = std::clamp(s.min_samples, 1, max_samples);
+  const int early_exit_after = std::min(5, min_samples);
+
+  for (int i = 0; i < s.warmup; ++i) {
+    if (flusher) flusher->flush(st);
+    launch(st);
+  }
+  stream.synchronize();
+
+  std::vector<cuda::Event> starts(kMaxBatch), stops(kMaxBatch);
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(std::min(max_samples, 4096)));
+  double total_ms = 0;
+  int batch = 1;  // the first sample alone tells how long the kernel takes
+  bool converged = false, stopped_early = false;
+
+  while (true) {
+    const int k = std::min(batch, max_samples - static_cast<int>(samples.size()));
+    for (int i = 0; i < k; ++i) {
+      if (flusher) flusher->flush(st);
+      starts[i].record(st);
+      launch(st);
+      stops[i].record(st);
+    }
+    stops[k - 1].synchronize();
+    for (int i = 0; i < k; ++i) {
+      const double ms = cuda::Event::elapsed_ms(starts[i], stops[i]);
+      samples.push_back(ms);
+      total_ms += ms;
+    }
+
+    const int n = static_cast<int>(samples.size());
+    const core::Timing now = summarize(samples);
+    if (n >= min_samples && total_ms * 1e-3 >= s.min_time_s && now.rel_stdev < s.noise_target) {
+      converged = true;
+      break;
+    }
+    if (n >= max_samples) break;
+    if (std::chrono::duration<double>(Clock::now() - wall_start).count() > s.max_time_s) break;
+    if (early_exit && early_exit->incumbent_ms > 0 && n >= early_exit_after &&
+        now.median_ms > early_exit->factor * early_exit->incumbent_ms) {
+      stopped_early = true;
+      break;
+    }
+    const double mean_ms = total_ms / n;
+    batch = std::clamp(static_cast<int>(kBatchTargetMs / std::max(mean_ms, 1e-3)), 1, kMaxBatch);
+  }
+
+  core::Timing t = summarize(std::move(samples));
+  t.converged = converged;
+  t.cold = flusher != nullptr;
+  t.stopped_early = stopped_early;
+  return t;
+}
+
+double copy_bandwidth_gbps(std::int64_t bytes, cuda::Stream& stream, int reps) {
+  if (bytes <= 0 || reps <= 0)
+    throw core::Error("copy_bandwidth_gbps: bytes and reps must be positive (got " + std::to_string(bytes) +
+                      ", " + std::to_string(reps) + ")");
+  const auto size = static_cast<std::size_t>(bytes);
+  cuda::DeviceBuffer src(size), dst(size);
+  const CUstream st = stream.get();
+  src.fill_u32(0x3f800000u, st);  // 1.0f everywhere: the copy reads initialized memory
+  const cuda::Driver& d = cuda::driver();
+  constexpr int kWarmup = 3;
+  for (int i = 0; i < kWarmup; ++i) FT_CHECK_CU(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), size, st));
+
+  std::vector<cuda::Event> starts(static_cast<std::size_t>(reps)), stops(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    starts[i].record(st);
+    FT_CHECK_CU(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), size, st));
+    stops[i].record(st);
+  }
+  stream.synchronize();
+  std::vector<double> ms(static_cast<std::size_t>(reps));
+  for (int i = 0; i < reps; ++i) ms[i] = cuda::Event::elapsed_ms(starts[i], stops[i]);
+  const double median_ms = summarize(std::move(ms)).median_ms;
+  if (median_ms <= 0) return 0;
+  return 2.0 * static_cast<double>(bytes) / (median_ms * 1e-3) / 1e9;
+}
+
+}  // namespace flashtune::measure

@@ -1,0 +1,526 @@
+// harness/runner/runner.cpp: one experiment, trial by trial (DESIGN.md "A trial, step by step").
+// Inputs are drawn fresh (random seed recorded) once per problem and run; outputs are poisoned with NaN
+// before every checked launch; every trial is committed to the store as soon as it ends.
+#include "harness/runner/runner.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "db/store.hpp"
+#include "harness/cuda/buffer.hpp"
+#include "harness/cuda/check.hpp"
+#include "harness/cuda/context.hpp"
+#include "harness/cuda/module.hpp"
+#include "harness/cuda/stream.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/cuda/driver.hpp"
+#include "harness/experiment/experiment.hpp"
+#include "harness/jit/compiler.hpp"
+#include "harness/jit/template_store.hpp"
+#include "harness/kernels/family.hpp"
+#include "harness/measure/measure.hpp"
+#include "reference/compare.hpp"
+#include "reference/dtype.hpp"
+#include "tuner/constraint.hpp"
+#include "tuner/space.hpp"
+#include "tuner/strategy.hpp"
+
+namespace flashtune::runner {
+namespace {
+
+using core::TrialStatus;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_stop{false};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
+}
+
+std::string first_error_line(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find("error") != std::string::npos) return line;
+  return log.substr(0, std::min<std::size_t>(log.size(), 200));
+}
+
+// NaN bit patterns for poisoning, as 32-bit words (two 16-bit NaNs for the half types).
+std::uint32_t nan_pattern(core::DType d) {
+  switch (d) {
+    case core::DType::f32: return 0x7FC00000u;
+    case core::DType::f16: return 0x7E007E00u;
+    case core::DType::bf16: return 0x7FC07FC0u;
+  }
+  return 0xFFFFFFFFu;
+}
+
+std::size_t buffer_bytes(const kernels::BufferSpec& b) {
+  const std::size_t raw = std::size_t(b.elements) * core::dtype_size(b.dtype);
+  return (raw + 3) / 4 * 4;  // whole 32-bit words, so poisoning covers every element
+}
+
+/// Why compiled resources make the config unrunnable on the device; nullopt when they fit.
+std::optional<std::string> resource_problem(const core::KernelResources& r, const kernels::LaunchShape& s,
+                                            const core::DeviceLimits& d) {
+  const std::int64_t threads = s.threads_per_block();
+  if (r.registers > 0 && r.registers * threads > d.max_regs_per_block)
+    return std::to_string(r.registers) + " registers x " + std::to_string(threads) + " threads > " +
+           std::to_string(d.max_regs_per_block) + " registers per block";
+  const std::int64_t smem = std::max(r.shared_static_bytes, 0) + std::int64_t(s.dynamic_smem_bytes);
+  if (smem > d.max_shared_per_block_optin)
+    return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B per block";
+  return std::nullopt;
+}
+
+// One problem's data: host inputs and references (computed once) and the device buffers.
+struct ProblemData {
+  std::vector<kernels::BufferSpec> specs;
+  std::vector<kernels::HostTensor> inputs;  // inputs only, in spec order
+  std::vector<kernels::HostTensor> ref64;   // outputs only, in spec order
+  std::vector<kernels::HostTensor> naive;   // outputs only, same precision as the kernel
+  std::vector<cuda::DeviceBuffer> buffers;  // every spec, in order
+  std::uint64_t seed = 0;
+};
+
+void make_host_data(const kernels::KernelFamily& family, const core::Problem& p, std::uint64_t seed,
+                    bool with_reference, ProblemData& d) {
+  d.specs = family.buffers(p);
+  d.seed = seed;
+  d.inputs.clear(), d.ref64.clear(), d.naive.clear();
+  std::uint64_t stream = 0;
+  for (const auto& b : d.specs) {
+    if (b.role == kernels::BufferRole::input) {
+      kernels::HostTensor t{b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream)};
+      reference::round_all(b.dtype, t.values);
+      d.inputs.push_back(std::move(t));
+    } else {
+      d.ref64.push_back({b.dtype, std::vector<double>(std::size_t(b.elements))});
+    }
+  }
+  if (!with_reference) return;
+  d.naive = d.ref64;
+  family.reference(p, d.inputs, d.ref64, kernels::RefPrecision::f64);
+  family.reference(p, d.inputs, d.naive, kernels::RefPrecision::same);
+}
+
+void upload_inputs(ProblemData& d) {
+  d.buffers.clear();
+  std::size_t in = 0;
+  for (const auto& b : d.specs) {
+    d.buffers.emplace_back(buffer_bytes(b));
+    if (b.role == kernels::BufferRole::input) {
+      const auto bytes = reference::pack(b.dtype, d.inputs[in++].values);
+      d.buffers.back().upload(bytes.data(), bytes.size());
+    }
+  }
+}
+
+// Kernel arguments as the driver wants them: an array of pointers to each argument's value.
+struct PackedArgs {
+  std::vector<std::array<unsigned char, 8>> storage;
+  std::vector<void*> pointers;
+};
+
+PackedArgs pack_args(const std::vector<kernels::KernelArg>& args, const ProblemData& d) {
+  PackedArgs out;
+  out.storage.resize(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto* slot = out.storage[i].data();
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, kernels::BufferArg>) {
+            if (v.index < 0 || std::size_t(v.index) >= d.buffers.size())
+              throw core::Error("kernel argument names buffer " + std::to_string(v.index) + " of " +
+                                std::to_string(d.buffers.size()));
+            const CUdeviceptr ptr = d.buffers[std::size_t(v.index)].ptr();
+            std::memcpy(slot, &ptr, sizeof ptr);
+          } else {
+            std::memcpy(slot, &v, sizeof v);
+          }
+        },
+        args[i]);
+    out.pointers.push_back(slot);
+  }
+  return out;
+}
+
+// Everything a run keeps on the GPU. A sticky error (illegal address) poisons it for the rest of the
+// process: measured on an H200 with driver 580, even a reset primary context fails to come back, so the
+// run stops and the caller starts a fresh process, which resumes past the recorded crash.
+struct GpuSession {
+  cuda::DeviceInfo info;
+  cuda::Context ctx;
+  cuda::Stream stream;
+  measure::L2Flusher flusher;
+
+  explicit GpuSession(int device) : info(cuda::query_device(device)), ctx(device), stream(), flusher(info.l2_bytes) {}
+};
+
+class ExperimentRun {
+ public:
+  ExperimentRun(const experiment::Experiment& exp, const RunOptions& opts) : m_exp(exp), m_opts(opts) {}
+
+  RunSummary run() {
+    setup_device();
+    db::Store store(m_opts.db_path);
+    m_store = &store;
+    m_summary.run_id = store.begin_run(run_info());
+    say("run " + std::to_string(m_summary.run_id) + " of '" + m_exp.name + "' on " + m_summary.device_key +
+        " -> " + m_opts.db_path.string());
+    if (m_gpu) {
+      m_summary.copy_gbps = measure::copy_bandwidth_gbps(std::int64_t(512) << 20, m_gpu->stream, 20);
+      store.set_copy_bandwidth(m_summary.run_id, m_summary.copy_gbps);
+      say("device-to-device copy bandwidth: " + fmt(m_summary.copy_gbps, 0) + " GB/s (read + write)");
+    }
+    std::string status = "finished";
+    try {
+      for (const auto& study : m_exp.studies) {
+        if (g_stop || m_summary.poisoned) break;
+        run_study(study);
+      }
+    } catch (...) {
+      store.finish_run(m_summary.run_id, "failed");
+      throw;
+    }
+    if (g_stop) status = "interrupted", m_summary.interrupted = true;
+    if (m_summary.poisoned) status = "crashed";
+    store.finish_run(m_summary.run_id, status);
+    return m_summary;
+  }
+
+ private:
+  void say(const std::string& line) const {
+    if (m_opts.print) m_opts.print(line);
+    else std::cerr << line << '\n';
+  }
+  static std::string fmt(double v, int digits) {
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(digits);
+    s << v;
+    return s.str();
+  }
+
+  void setup_device() {
+    m_summary.compile_only = m_opts.compile_only;
+    if (!m_opts.compile_only) {
+      std::string why;
+      const int n = cuda::driver_available(&why) ? cuda::device_count() : 0;
+      if (n == 0 && why.empty()) why = "the NVIDIA driver reports no CUDA device";
+      if (n == 0) {
+        m_summary.compile_only = true;
+        m_summary.no_gpu_reason = "no GPU found (" + why + ")";
+        say(m_summary.no_gpu_reason + ": compile-only mode");
+      } else if (m_opts.device < 0 || m_opts.device >= n) {
+        throw core::UserError("--device " + std::to_string(m_opts.device) + " out of range: " + std::to_string(n) +
+                              " GPU(s) found");
+      }
+    }
+    if (m_summary.compile_only) {
+      m_limits = core::DeviceLimits::for_arch(m_opts.arch.empty() ? m_exp.arch : m_opts.arch);
+      m_summary.device_key = "compile-only:" + m_limits.arch;
+    } else {
+      m_gpu.emplace(m_opts.device);
+      m_limits = m_gpu->info.limits;
+      m_summary.device_key = m_gpu->info.name;
+    }
+    m_compiler.emplace(m_opts.cache_dir);
+    m_headers = jit::template_headers(m_opts.templates);
+  }
+
+  db::RunInfo run_info() const {
+    db::RunInfo r;
+    r.experiment_name = m_exp.name;
+    r.experiment_path = m_exp.path;
+    r.experiment_hash = m_exp.text_hash;
+    r.command_line = m_opts.command_line;
+    r.host = host_name();
+    r.nvrtc_version = jit::Compiler::nvrtc_version();
+    r.cuda_version = std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10);
+    r.project_commit = project_commit();
+    r.device_key = m_summary.device_key;
+    r.compile_only = m_summary.compile_only;
+    r.gpu_arch = m_limits.arch;
+    if (m_gpu) {
+      r.gpu_name = m_gpu->info.name;
+      r.gpu_uuid = m_gpu->info.uuid;
+      const int v = m_gpu->info.driver_version;
+      r.driver_version = std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+    }
+    return r;
+  }
+
+  void run_study(const experiment::Study& study) {
+    const auto& family = *study.kernel;
+    const std::string source = jit::load_template(family.template_file(), m_opts.templates);
+    const std::string source_hash = template_source_hash(family.template_file(), m_opts.templates);
+    std::vector<std::string> vars;
+    for (const auto& [name, values] : study.space.dims) vars.push_back(name);
+    for (const auto& d : family.problem_dims()) vars.push_back(d);
+    vars.push_back("dtype_bytes");
+    const tuner::ConstraintSet constraints(study.constraints, vars);
+
+    for (const auto& problem : study.problems) {
+      if (g_stop || m_summary.poisoned) return;
+      std::int64_t pruned = 0;
+      auto configs = tuner::enumerate(study.space, [&](const core::Config& c) {
+        const bool keep = !constraints.violated(c, problem);
+        pruned += !keep;
+        return keep;
+      });
+      m_summary.pruned_by_constraints += pruned;
+      say("== " + family.name() + "/" + family.stage() + " " + problem.key() + ": " + std::to_string(configs.size()) +
+          " configs (" + std::to_string(pruned) + " pruned by constraints), strategy " + study.strategy.name);
+      run_problem(study, problem, source, source_hash, std::move(configs));
+    }
+  }
+
+  void run_problem(const experiment::Study& study, const core::Problem& problem, const std::string& source,
+                   const std::string& source_hash, std::vector<core::Config> configs) {
+    const auto& family = *study.kernel;
+    const std::size_t total = configs.size();
+    auto strategy = tuner::make_strategy(study.strategy, std::move(configs));
+    const auto t0 = Clock::now();
+    ProblemData data;
+    bool data_ready = false;
+    std::optional<BestOfProblem> best;
+    std::size_t n = 0;
+
+    while (!g_stop) {
+      if (study.strategy.budget_seconds > 0 && seconds_since(t0) > study.strategy.budget_seconds) {
+        say("   time budget of " + fmt(study.strategy.budget_seconds, 1) + " s spent");
+        break;
+      }
+      auto config = strategy->propose();
+      if (!config) break;
+      ++n, ++m_summary.proposed;
+      const std::string progress = "[" + std::to_string(n) + "/" + std::to_string(total) + "] ";
+      if (auto prior = m_store->find_trial(m_exp.name, family.stage(), family.name(), problem.key(), config->key(),
+                                           source_hash, m_summary.device_key)) {
+        ++m_summary.resumed;
+        say(progress + config->key() + ": already recorded (" + std::string(core::to_string(*prior)) + "), skipped");
+        core::TrialResult r;
+        r.status = *prior;
+        strategy->observe(*config, r);
+        continue;
+      }
+      if (m_gpu && !data_ready) {
+        const std::uint64_t seed = m_exp.validate.seed ? m_exp.validate.seed : std::random_device{}() | 1ull;
+        make_host_data(family, problem, seed, m_exp.validate.enabled, data);
+        upload_inputs(data);
+        data_ready = true;
+      }
+      core::TrialResult result = run_trial(study, problem, *config, source, data);
+      db::TrialRecord rec;
+      rec.run_id = m_summary.run_id;
+      rec.experiment_name = m_exp.name;
+      rec.family = family.name();
+      rec.stage = family.stage();
+      rec.problem = problem;
+      rec.config = *config;
+      rec.source_hash = source_hash;
+      rec.device_key = m_summary.device_key;
+      rec.seed = data.seed;
+      rec.result = result;
+      m_store->record_trial(rec);
+      ++m_summary.by_status[std::string(core::to_string(result.status))];
+      strategy->observe(*config, result);
+      say(progress + config->key() + ": " + describe(result));
+      if (result.status == TrialStatus::ok && (!best || result.timing->median_ms < best->median_ms)) {
+        best = BestOfProblem{family.name(), family.stage(), problem.key(), config->key(), m_summary.device_key,
+                             result.timing->median_ms, result.gbps, result.tflops,
+                             result.validation ? result.validation->max_abs_err : 0.0};
+      }
+      if (m_summary.poisoned) break;
+    }
+    if (best) m_summary.best.push_back(*best);
+  }
+
+  std::string describe(const core::TrialResult& r) const {
+    std::string s(core::to_string(r.status));
+    if (r.status == TrialStatus::ok && r.timing) {
+      s += "  " + fmt(r.timing->median_ms * 1000, 2) + " us  " + fmt(r.gbps, 0) + " GB/s";
+      if (m_summary.copy_gbps > 0) s += " (" + fmt(100 * r.gbps / m_summary.copy_gbps, 1) + "% of copy)";
+      if (r.tflops >= 0.1) s += "  " + fmt(r.tflops, 1) + " TFLOP/s";
+      if (r.validation) s += "  err " + fmt(r.validation->max_abs_err * 1e6, 3) + "e-6";
+    } else if (r.status == TrialStatus::compiled && r.compile) {
+      const auto& res = r.compile->resources;
+      s += "  " + std::to_string(res.registers) + " regs, " + std::to_string(std::max(res.spill_store_bytes, 0)) +
+           " B spilled" + (r.compile->cache_hit ? ", cached" : ", " + fmt(r.compile->compile_ms, 0) + " ms");
+    } else if (!r.reason.empty()) {
+      s += ": " + r.reason;
+    }
+    return s;
+  }
+
+  core::TrialResult run_trial(const experiment::Study& study, const core::Problem& problem, const core::Config& config,
+                              const std::string& source, ProblemData& data) {
+    const auto& family = *study.kernel;
+    core::TrialResult r;
+    if (auto why = family.can_run(config, problem, m_limits)) {
+      r.status = TrialStatus::invalid_config, r.reason = *why;
+      return r;
+    }
+    const auto spec = family.specialize(config, problem);
+    const auto shape = family.launch_shape(config, problem, m_limits);
+    jit::CompileRequest req;
+    req.source = source;
+    req.source_name = family.template_file();
+    req.name_expression = spec.name_expression;
+    req.defines = spec.defines;
+    req.arch = m_limits.arch;
+    req.headers = m_headers;
+    jit::CompileOutput compiled;
+    try {
+      compiled = m_compiler->compile(req);
+    } catch (const std::exception& e) {
+      r.status = TrialStatus::compile_failed, r.reason = e.what();
+      return r;
+    }
+    r.compile = compiled.record;
+    if (!compiled.record.ok) {
+      r.status = TrialStatus::compile_failed, r.reason = first_error_line(compiled.record.log);
+      return r;
+    }
+    if (auto why = resource_problem(compiled.record.resources, shape, m_limits)) {
+      r.status = TrialStatus::resource_exceeded, r.reason = *why;
+      return r;
+    }
+    if (!m_gpu) {
+      r.status = TrialStatus::compiled;
+      return r;
+    }
+    try {
+      launch_and_measure(study, problem, config, shape, compiled, data, r);
+    } catch (const cuda::CudaError& e) {
+      r.status = e.is_sticky() ? TrialStatus::crashed : TrialStatus::launch_failed;
+      r.reason = e.what();
+      r.timing.reset();
+      if (e.is_sticky()) {
+        m_summary.poisoned = true;
+        say("   sticky CUDA error: the GPU context is lost for this process; stopping (a rerun resumes)");
+      }
+    } catch (const core::Error& e) {
+      r.status = TrialStatus::launch_failed, r.reason = e.what();
+      r.timing.reset();
+    }
+    return r;
+  }
+
+  void launch_and_measure(const experiment::Study& study, const core::Problem& problem, const core::Config& config,
+                          const kernels::LaunchShape& shape, const jit::CompileOutput& compiled, ProblemData& data,
+                          core::TrialResult& r) {
+    const auto& family = *study.kernel;
+    cuda::Module module(compiled.cubin);
+    CUfunction fn = module.function(compiled.record.lowered_name);
+    const auto loaded = cuda::function_resources(fn);
+    if (auto why = resource_problem(loaded, shape, m_limits)) {
+      r.status = TrialStatus::resource_exceeded, r.reason = *why;
+      return;
+    }
+    auto args = pack_args(family.arguments(config, problem), data);
+    CUstream stream = m_gpu->stream.get();
+    auto launch = [&](CUstream s) {
+      cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
+    };
+
+    if (m_exp.validate.enabled) {
+      for (std::size_t i = 0; i < data.specs.size(); ++i)
+        if (data.specs[i].role == kernels::BufferRole::output)
+          data.buffers[i].fill_u32(nan_pattern(data.specs[i].dtype), stream);
+      launch(stream);
+      m_gpu->stream.synchronize();
+      core::Validation worst;
+      std::size_t out = 0;
+      const double atol = m_exp.validate.atol >= 0 ? m_exp.validate.atol : family.default_atol(problem);
+      for (std::size_t i = 0; i < data.specs.size(); ++i) {
+        if (data.specs[i].role != kernels::BufferRole::output) continue;
+        const auto& b = data.specs[i];
+        std::vector<unsigned char> bytes(std::size_t(b.elements) * core::dtype_size(b.dtype));
+        data.buffers[i].download(bytes.data(), bytes.size(), stream);
+        const auto got = reference::unpack(b.dtype, bytes.data(), std::size_t(b.elements));
+        const auto v = reference::compare(got, data.ref64[out].values, data.naive[out].values, atol);
+        ++out;
+        if (!worst.checked || !v.passed || v.max_abs_err > worst.max_abs_err) {
+          const bool keep_failed = worst.checked && !worst.passed && v.passed;
+          if (!keep_failed) worst = v;
+        }
+        worst.checked = true;
+      }
+      r.validation = worst;
+      if (!worst.passed) {
+        r.status = TrialStatus::incorrect;
+        r.reason = "max abs error " + std::to_string(worst.max_abs_err) + " > tolerance " +
+                   std::to_string(worst.tolerance) + ", " + std::to_string(worst.nan_count) + " NaN/Inf";
+        return;
+      }
+    }
+    r.timing = measure::measure(launch, m_gpu->stream, study.measure,
+                                study.measure.cold ? &m_gpu->flusher : nullptr);
+    const double seconds = r.timing->median_ms * 1e-3;
+    r.gbps = family.bytes_moved(problem) / seconds * 1e-9;
+    r.tflops = family.flops(problem) / seconds * 1e-12;
+    r.status = TrialStatus::ok;
+  }
+
+  const experiment::Experiment& m_exp;
+  const RunOptions& m_opts;
+  RunSummary m_summary;
+  core::DeviceLimits m_limits;
+  std::optional<GpuSession> m_gpu;
+  std::optional<jit::Compiler> m_compiler;
+  std::vector<jit::TemplateFile> m_headers;
+  db::Store* m_store = nullptr;
+};
+
+}  // namespace
+
+void request_stop() { g_stop = true; }
+
+std::string template_source_hash(const std::string& file, const std::optional<std::filesystem::path>& templates) {
+  // The file and, transitively, every template it includes: editing a shared header changes the hash.
+  static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  std::string all;
+  std::vector<std::string> todo{file};
+  std::set<std::string> seen;
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (!seen.insert(name).second) continue;
+    const std::string text = jit::load_template(name, templates);
+    all += name + '\n' + text + '\n';
+    std::istringstream in(text);
+    std::string line;
+    std::smatch m;
+    while (std::getline(in, line))
+      if (std::regex_search(line, m, include_re)) todo.push_back(m[1]);
+  }
+  return core::hash_hex(all);
+}
+
+RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& opts) {
+  g_stop = false;
+  ExperimentRun run(exp, opts);
+  return run.run();
+}
+
+}  // namespace flashtune::runner

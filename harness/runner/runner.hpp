@@ -1,0 +1,67 @@
+// harness/runner/runner.hpp: runs an experiment, trial by trial: propose -> can_run -> JIT -> resources ->
+// inputs and poison -> validate against the Eigen reference -> measure -> record (committed) -> observe.
+// The runner is the one boundary where exceptions become a TrialStatus (STYLE.md, Errors 3).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::experiment {
+struct Experiment;
+}
+
+namespace flashtune::runner {
+
+const char* project_commit();  ///< git commit the binary was built from ("-dirty" when modified)
+
+struct RunOptions {
+  std::filesystem::path db_path = "db/flashtune.sqlite";
+  int device = 0;                                  ///< GPU ordinal
+  bool compile_only = false;                       ///< forced on when no GPU is found
+  std::string arch;                                ///< compile-only target; empty: the experiment's
+  std::optional<std::filesystem::path> templates;  ///< kernel template override folder
+  std::optional<std::filesystem::path> cache_dir;  ///< CUBIN cache; nullopt: no cache
+  std::string command_line;                        ///< recorded with the run
+  bool verbose = false;                            ///< a line per trial (else a progress line)
+  std::function<void(const std::string&)> print;   ///< where lines go (stderr when empty)
+};
+
+struct BestOfProblem {
+  std::string family, stage, problem, config, device_key;
+  double median_ms = 0, gbps = 0, tflops = 0, max_abs_err = 0;
+};
+
+struct RunSummary {
+  std::int64_t run_id = 0;
+  bool compile_only = false;
+  std::string device_key;        ///< GPU name, or "compile-only:<arch>"
+  std::string no_gpu_reason;     ///< why compile-only was forced (empty when not forced)
+  double copy_gbps = 0;          ///< [GB/s] measured device-to-device copy (0 in compile-only)
+  std::int64_t proposed = 0;     ///< configs the strategies proposed
+  std::int64_t resumed = 0;      ///< skipped: already recorded for the same kernel source and device
+  std::int64_t pruned_by_constraints = 0;
+  std::map<std::string, std::int64_t> by_status;  ///< status name -> trials recorded in this run
+  std::vector<BestOfProblem> best;                ///< per (study, problem): this run's fastest passing config
+  bool interrupted = false;
+  bool poisoned = false;  ///< a sticky CUDA error ended GPU work in this process; a new process resumes
+};
+
+/// Runs every study of the experiment and records every trial in the store at opts.db_path.
+/// Throws core::UserError for user mistakes found late (device ordinal out of range, bad arch).
+RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& opts);
+
+/// Requests a graceful stop: the trial in flight finishes and is recorded, the run is marked interrupted.
+void request_stop();
+
+/// Content hash of a template and the templates it includes ("#include \"x.cuh\""), used to tell
+/// kernel sources apart when resuming.
+std::string template_source_hash(const std::string& file, const std::optional<std::filesystem::path>& templates);
+
+}  // namespace flashtune::runner

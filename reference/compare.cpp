@@ -1,0 +1,40 @@
+// reference/compare.cpp: error metrics and the pass rule.
+#include "reference/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace flashtune::reference {
+
+core::Validation compare(const std::vector<double>& out, const std::vector<double>& ref64,
+                         const std::vector<double>& naive_same, double atol) {
+  if (out.size() != ref64.size() || naive_same.size() != ref64.size())
+    throw core::Error("compare: sizes differ (out " + std::to_string(out.size()) + ", ref64 " +
+                      std::to_string(ref64.size()) + ", naive " + std::to_string(naive_same.size()) + ")");
+  if (!(atol >= 0)) throw core::Error("compare: atol must be >= 0");
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // A NaN difference (a NaN reference) must fail, never compare false and pass.
+  auto diff = [&](double a, double r) {
+    const double e = std::fabs(a - r);
+    return std::isnan(e) ? kInf : e;
+  };
+  core::Validation v;
+  v.checked = true;
+  for (std::size_t i = 0; i < ref64.size(); ++i) {
+    v.naive_err = std::max(v.naive_err, diff(naive_same[i], ref64[i]));
+    if (!std::isfinite(out[i])) {
+      ++v.nan_count;
+      continue;
+    }
+    const double e = diff(out[i], ref64[i]);
+    v.max_abs_err = std::max(v.max_abs_err, e);
+    v.max_rel_err = std::max(v.max_rel_err, e / std::max(std::fabs(ref64[i]), kRelFloor));
+  }
+  v.tolerance = 2 * v.naive_err + atol;
+  v.passed = v.nan_count == 0 && std::isfinite(v.tolerance) && v.max_abs_err <= v.tolerance;
+  return v;
+}
+
+}  // namespace flashtune::reference

@@ -1,0 +1,26 @@
+// reference/compare.hpp: the pass rule every kernel check shares (DESIGN.md): the kernel's error against
+// the double-precision oracle must be at most twice the naive same-precision algorithm's, plus atol.
+#pragma once
+
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::reference {
+
+/// Compares a kernel output `out` with the oracle `ref64`, given the naive same-precision result.
+///   max_abs_err = max |out - ref64| over finite outputs
+///   max_rel_err = max |out - ref64| / max(|ref64|, kRelFloor): elementwise; the floor keeps outputs
+///                 whose reference is ~0 (tiny softmax probabilities) from dominating
+///   naive_err   = max |naive_same - ref64|
+///   tolerance   = 2 * naive_err + atol
+///   nan_count   = NaN or Inf elements of `out` (an unwritten, NaN-poisoned output counts)
+///   passed      = nan_count == 0 && max_abs_err <= tolerance, and tolerance is finite (a NaN or Inf
+///                 in ref64 or naive_same is a broken reference and never passes)
+/// Throws core::Error when the three vectors differ in size or atol < 0.
+core::Validation compare(const std::vector<double>& out, const std::vector<double>& ref64,
+                         const std::vector<double>& naive_same, double atol);
+
+inline constexpr double kRelFloor = 1e-6;  ///< denominator floor of max_rel_err
+
+}  // namespace flashtune::reference

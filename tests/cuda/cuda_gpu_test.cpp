@@ -1,0 +1,283 @@
+// tests/cuda/cuda_gpu_test.cpp (gpu): the driver layer, NVRTC and measurement on a real GPU: copies,
+// launches of NVRTC-compiled kernels (with > 48 KiB dynamic shared memory), events, measure(), copy
+// bandwidth, and a planted illegal address that must surface as a sticky CudaError (last: it poisons the
+// process; the test then checks that a fresh process works). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+#include "harness/cuda/buffer.hpp"
+#include "harness/cuda/check.hpp"
+#include "harness/cuda/context.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/cuda/module.hpp"
+#include "harness/cuda/stream.hpp"
+#include "harness/jit/compiler.hpp"
+#include "harness/measure/measure.hpp"
+
+using namespace flashtune;
+
+namespace {
+
+const char* kTestKernels = R"(
+template <int kAdd>
+__global__ void iota_plus(int* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 2 * i + kAdd;
+}
+
+__global__ void reverse_through_smem(const float* in, float* out, int n) {
+  extern __shared__ float tile[];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = in[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = tile[n - 1 - i];
+}
+
+__global__ void spin(long long cycles, int* done) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (threadIdx.x == 0) done[blockIdx.x] = 1;
+}
+
+__global__ void write_far(int* p, long long offset) { p[offset] = 1; }
+)";
+
+struct Kernel {
+  cuda::Module module;
+  CUfunction function;
+  core::CompileRecord record;
+};
+
+class CudaGpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    m_info = cuda::query_device(0);
+    m_ctx.emplace(0);
+  }
+
+  Kernel load(const std::string& name_expression) const {
+    jit::CompileRequest req;
+    req.source = kTestKernels;
+    req.source_name = "cuda_gpu_test_kernels.cu";
+    req.name_expression = name_expression;
+    req.arch = m_info.arch;
+    auto out = jit::Compiler(std::nullopt).compile(req);
+    if (!out.record.ok) throw std::runtime_error("compile of " + name_expression + " failed:\n" + out.record.log);
+    cuda::Module module(out.cubin);
+    const CUfunction f = module.function(out.record.lowered_name);
+    return Kernel{std::move(module), f, out.record};
+  }
+
+  void launch_spin(const Kernel& k, CUstream stream, long long cycles, cuda::DeviceBuffer& done) const {
+    CUdeviceptr p = done.ptr();
+    void* args[] = {&cycles, &p};
+    cuda::launch(k.function, {1, 1, 1}, {32, 1, 1}, 0, stream, args);
+  }
+
+  cuda::DeviceInfo m_info;
+  std::optional<cuda::Context> m_ctx;
+};
+
+}  // namespace
+
+TEST_F(CudaGpu, BufferRoundTripsAndFills) {
+  const std::size_t n = 1 << 20;
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = 0.5f * static_cast<float>(i) - 7.0f;
+  cuda::DeviceBuffer buf(n * sizeof(float));
+  EXPECT_EQ(buf.size(), n * sizeof(float));
+  EXPECT_NE(buf.ptr(), 0u);
+  buf.upload(host.data(), n * sizeof(float));
+  std::vector<float> back(n, 0.0f);
+  buf.download(back.data(), n * sizeof(float));
+  EXPECT_EQ(back, host);
+
+  cuda::Stream stream;
+  buf.fill_u32(0x7fc00000u, stream.get());  // quiet NaN
+  buf.download(back.data(), n * sizeof(float), stream.get());
+  for (std::size_t i = 0; i < n; i += 4099) ASSERT_TRUE(std::isnan(back[i])) << i;
+  buf.fill_bytes(0, stream.get());
+  buf.download(back.data(), n * sizeof(float), stream.get());
+  for (std::size_t i = 0; i < n; i += 4099) ASSERT_EQ(back[i], 0.0f) << i;
+
+  float partial[2] = {1.0f, 2.0f};
+  buf.upload(partial, sizeof partial, nullptr, 8 * sizeof(float));
+  float read[2] = {};
+  buf.download(read, sizeof read, nullptr, 8 * sizeof(float));
+  EXPECT_EQ(read[0], 1.0f);
+  EXPECT_EQ(read[1], 2.0f);
+  EXPECT_THROW(buf.upload(host.data(), n * sizeof(float) + 4), core::Error);
+  EXPECT_THROW(buf.download(back.data(), 8, nullptr, n * sizeof(float) - 4), core::Error);
+
+  cuda::DeviceBuffer moved = std::move(buf);
+  EXPECT_EQ(buf.ptr(), 0u);
+  EXPECT_EQ(moved.size(), n * sizeof(float));
+  EXPECT_GT(m_ctx->total_bytes(), m_ctx->free_bytes());
+}
+
+TEST_F(CudaGpu, CompiledKernelWritesExpectedValues) {
+  const Kernel k = load("iota_plus<7>");
+  int n = 100000;
+  cuda::DeviceBuffer out(n * sizeof(int));
+  out.fill_bytes(0xff);
+  cuda::Stream stream;
+  CUdeviceptr p = out.ptr();
+  void* args[] = {&p, &n};
+  const unsigned block = 128;
+  cuda::launch(k.function, {(n + block - 1) / block, 1, 1}, {block, 1, 1}, 0, stream.get(), args);
+  std::vector<int> host(n);
+  out.download(host.data(), n * sizeof(int), stream.get());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(host[i], 2 * i + 7) << "at " << i;
+
+  const core::KernelResources r = cuda::function_resources(k.function);
+  EXPECT_GE(r.registers, 1);
+  EXPECT_EQ(r.registers, k.record.resources.registers) << "driver and ptxas disagree on registers";
+  EXPECT_EQ(r.shared_static_bytes, 0);
+  EXPECT_THROW(k.module.function("_Z13no_such_kernelv"), cuda::CudaError);
+}
+
+TEST_F(CudaGpu, LaunchOptsIntoMoreThan48KiBOfDynamicSharedMemory) {
+  const Kernel k = load("reverse_through_smem");
+  int n = 24 * 1024;  // 96 KiB of floats
+  const unsigned smem = static_cast<unsigned>(n * sizeof(float));
+  ASSERT_LE(static_cast<int>(smem), m_info.limits.max_shared_per_block_optin);
+  std::vector<float> host(n);
+  for (int i = 0; i < n; ++i) host[i] = static_cast<float>(i);
+  cuda::DeviceBuffer in(smem), out(smem);
+  in.upload(host.data(), smem);
+  cuda::Stream stream;
+  CUdeviceptr pin = in.ptr(), pout = out.ptr();
+  void* args[] = {&pin, &pout, &n};
+  cuda::launch(k.function, {1, 1, 1}, {256, 1, 1}, smem, stream.get(), args);
+  std::vector<float> back(n);
+  out.download(back.data(), smem, stream.get());
+  for (int i = 0; i < n; ++i) ASSERT_EQ(back[i], static_cast<float>(n - 1 - i)) << "at " << i;
+}
+
+TEST_F(CudaGpu, EventsTimeASpinningKernel) {
+  const Kernel k = load("spin");
+  cuda::DeviceBuffer done(sizeof(int));
+  done.fill_bytes(0);
+  cuda::Stream stream;
+  cuda::Event start, stop;
+  start.record(stream.get());
+  launch_spin(k, stream.get(), 4'000'000, done);  // ~2 ms at 2 GHz
+  stop.record(stream.get());
+  stop.synchronize();
+  EXPECT_TRUE(stop.query());
+  const float ms = cuda::Event::elapsed_ms(start, stop);
+  EXPECT_GT(ms, 0.5f);
+  EXPECT_LT(ms, 1000.0f);
+  int flag = 0;
+  done.download(&flag, sizeof flag, stream.get());
+  EXPECT_EQ(flag, 1);
+}
+
+TEST_F(CudaGpu, MeasureCollectsSamplesAndHonoursItsStoppingRules) {
+  const Kernel k = load("spin");
+  cuda::DeviceBuffer done(sizeof(int));
+  cuda::Stream stream;
+  const auto launch = [&](CUstream s) { launch_spin(k, s, 20'000, done); };  // ~10 us
+  measure::L2Flusher flusher(m_info.l2_bytes);
+  EXPECT_EQ(flusher.buffer_bytes(), static_cast<std::size_t>(2 * m_info.l2_bytes));
+
+  core::MeasureSettings s;
+  s.warmup = 2;
+  s.min_samples = 10;
+  s.max_samples = 40;
+  s.noise_target = 0;  // never met: runs to max_samples
+  s.max_time_s = 30;
+  const core::Timing cold = measure::measure(launch, stream, s, &flusher);
+  EXPECT_EQ(cold.samples_ms.size(), 40u);
+  EXPECT_TRUE(cold.cold);
+  EXPECT_FALSE(cold.converged);
+  EXPECT_GT(cold.median_ms, 0.002);
+  EXPECT_LE(cold.min_ms, cold.median_ms);
+  EXPECT_GE(cold.max_ms, cold.median_ms);
+  for (double v : cold.samples_ms) EXPECT_GT(v, 0);
+
+  s.noise_target = 1.0;  // met at once: stops as soon as min_samples and min_time_s allow
+  s.min_time_s = 0;
+  const core::Timing hot = measure::measure(launch, stream, s, nullptr);
+  EXPECT_FALSE(hot.cold);
+  EXPECT_TRUE(hot.converged);
+  EXPECT_GE(hot.samples_ms.size(), 10u);
+  EXPECT_LE(hot.samples_ms.size(), 40u);
+  std::printf("spin kernel: cold median %.4f ms (IQR %.4f), hot median %.4f ms (IQR %.4f)\n", cold.median_ms,
+              cold.iqr_ms, hot.median_ms, hot.iqr_ms);
+
+  s.noise_target = 0;
+  const core::Timing abandoned = measure::measure(launch, stream, s, &flusher, measure::EarlyExit{1e-6, 1.5});
+  EXPECT_TRUE(abandoned.stopped_early);
+  EXPECT_FALSE(abandoned.converged);
+  EXPECT_GE(abandoned.samples_ms.size(), 5u);
+  EXPECT_LT(abandoned.samples_ms.size(), 40u);
+}
+
+TEST_F(CudaGpu, CopyBandwidthIsPositiveAndPlausible) {
+  cuda::Stream stream;
+  const double gbps = measure::copy_bandwidth_gbps(std::int64_t(256) << 20, stream, 10);
+  std::printf("device-to-device copy of 256 MiB: %.0f GB/s (read + write)\n", gbps);
+  EXPECT_GT(gbps, 50.0);
+  EXPECT_LT(gbps, 20000.0);
+  EXPECT_THROW(measure::copy_bandwidth_gbps(0, stream, 10), core::Error);
+}
+
+// Last on purpose: the illegal address poisons the context (with current drivers, the whole process).
+class CudaGpuStickyError : public CudaGpu {};
+
+TEST_F(CudaGpuStickyError, OutOfBoundsWriteIsStickyAndAFreshProcessRecovers) {
+  {
+    const Kernel k = load("write_far");
+    cuda::DeviceBuffer buf(1024);
+    cuda::Stream stream;
+    CUdeviceptr p = buf.ptr();
+    long long offset = 1ll << 38;  // 1 TiB past the allocation
+    void* args[] = {&p, &offset};
+    try {
+      cuda::launch(k.function, {1, 1, 1}, {1, 1, 1}, 0, stream.get(), args);
+      stream.synchronize();
+      FAIL() << "the out-of-bounds write was not reported";
+    } catch (const cuda::CudaError& e) {
+      EXPECT_TRUE(e.is_sticky()) << e.what();
+      std::printf("planted fault reported as: %s\n", e.what());
+    }
+    try {
+      m_ctx->synchronize();
+      FAIL() << "a poisoned context should keep failing";
+    } catch (const cuda::CudaError& e) {
+      EXPECT_TRUE(e.is_sticky()) << e.what();
+    }
+    // reset() either brings a working context back or reports, as a sticky error, that this process is
+    // done with the GPU (what driver 580 does). Either way no resource made before may be touched again.
+    bool reset_worked = false;
+    try {
+      m_ctx->reset();
+      reset_worked = true;
+    } catch (const cuda::CudaError& e) {
+      EXPECT_TRUE(e.is_sticky()) << e.what();
+      std::printf("reset after the fault: %s\n", e.what());
+    }
+    if (reset_worked) {
+      cuda::DeviceBuffer fresh(64);
+      int v = 42, back = 0;
+      fresh.upload(&v, sizeof v);
+      fresh.download(&back, sizeof back);
+      EXPECT_EQ(back, 42);
+    }
+  }  // the kernel's module, buffer and stream died with the old context: their destructors free nothing
+
+  // The recovery the runner relies on: a new process gets a healthy GPU.
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "'" + self + "' --gtest_filter=CudaGpu.CompiledKernelWritesExpectedValues > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# tools/gpu_pack.sh: packs what a bare GPU machine needs to run flashtune and its tests into .gpu/
+# (stripped binaries + the non-system shared libraries they load; CUDA's own libraries are taken from the
+# GPU machine's /usr/local/cuda/lib64). Built here on Debian 12, it runs on newer glibc (Ubuntu 24.04).
+# Then, on the GPU machine, from the repository root: bash tools/gpu_run.sh [EXPERIMENT.yaml ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x build/harness/cli/flashtune ] || bash tools/build.sh
+cmake --build build -j "$(nproc)" >/dev/null
+rm -rf .gpu && mkdir -p .gpu/bin/lib
+cp build/harness/cli/flashtune .gpu/bin/
+find build/tests -type f -name '*_test' -perm -u+x -exec cp {} .gpu/bin/ \;
+strip --strip-debug .gpu/bin/* 2>/dev/null || true
+# Shared libraries that are neither the C/C++ runtime nor CUDA's: copy them beside the binaries.
+for b in .gpu/bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \//{print $1" "$3}' | sort -u |
+  while read -r name path; do
+    case "$name" in
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcuda.so*|libnvrtc*|libcublas*|libcudart*) ;;
+      *) cp -L "$path" .gpu/bin/lib/ ;;
+    esac
+  done
+pwd > .gpu/source_dir.txt  # tests find experiments/ through this absolute path (FT_SOURCE_DIR)
+du -sh .gpu | awk '{print "packed .gpu/: " $1}'
+ls .gpu/bin/lib

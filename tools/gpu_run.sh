@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tools/gpu_run.sh: on the GPU machine, from the repository root with .gpu/ (tools/gpu_pack.sh) present:
+# lists the GPU, runs every test binary (gpu tests included), then each experiment given (default: the
+# quick-start) into a fresh database, and prints the best configs. Logs are written to a work folder
+# and packed into $OUT/gpu-logs.tgz (with gpu.sqlite beside it) when $OUT is set (the device tool).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${FT_GPU_WORK:-gpu-out}
+rm -rf "$out" && mkdir -p "$out"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export FLASHTUNE_CACHE_DIR="$out/cache"
+# The test binaries were built with the source tree's absolute path: make it point here.
+src=$(cat .gpu/source_dir.txt)
+if [ "$src" != "$(pwd)" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; fi
+bin=.gpu/bin
+"$bin/flashtune" devices 2>&1 | tee "$out/devices.txt"
+fails=0
+for t in "$bin"/*_test; do
+  name=$(basename "$t")
+  if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then
+    echo "PASS $name: $(grep -E '^\[  PASSED  \]' "$out/$name.log" | head -1) $(grep -E 'SKIPPED' "$out/$name.log" | head -1)"
+  else
+    fails=$((fails + 1)); echo "FAIL $name"; tail -40 "$out/$name.log"
+  fi
+done | tee "$out/tests.txt"
+fails=$(grep -c '^FAIL' "$out/tests.txt" || true)
+experiments=("$@")
+[ ${#experiments[@]} -gt 0 ] || experiments=(experiments/quickstart.yaml)
+for e in "${experiments[@]}"; do
+  "$bin/flashtune" run "$e" --db "$out/gpu.sqlite" 2>"$out/$(basename "$e" .yaml).trials.log" | tee -a "$out/runs.txt"
+done
+"$bin/flashtune" query best --db "$out/gpu.sqlite" | tee "$out/best.txt"
+echo "test binaries failed: $fails"
+if [ -n "${OUT:-}" ]; then
+  cp "$out/gpu.sqlite" "$OUT/" 2>/dev/null
+  tar czf "$OUT/gpu-logs.tgz" --exclude=cache --exclude='gpu.sqlite*' -C "$out" .
+fi
+exit $((fails > 0))
