@@ -1,0 +1,77 @@
+// tests/cli/cli_gpu_test.cpp (label gpu; skips without a GPU): a kernel that writes out of bounds poisons
+// the CUDA context; flashtune records that config as crashed, restarts itself in a fresh process, resumes
+// past it and finishes the other configs, losing and repeating nothing.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "harness/cuda/driver.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/jit/template_store.hpp"
+
+namespace fs = std::filesystem;
+using namespace flashtune;
+
+namespace {
+
+std::pair<int, std::string> sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace
+
+TEST(CliGpu, CrashedKernelIsRecordedAndTheRunResumesInAFreshProcess) {
+  std::string why;
+  if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "templates");
+  for (const auto& name : jit::embedded_template_names())
+    std::ofstream(dir / "templates" / name) << jit::load_template(name, std::nullopt);
+  // The 128-thread specialization writes far out of bounds; the others compute the right answer.
+  std::ofstream(dir / "templates" / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
+template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
+__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
+                                        long long stride_x) {
+  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (kBlockThreads == 128) y[row + (1ll << 40)] = 1.0f;
+  if (row >= rows) return;
+  float acc = 0.0f;
+  for (long long j = 0; j < cols; ++j) acc += to_float(x[row * stride_x + j]) * to_float(w[j]);
+  y[row] = acc;
+}
+)";
+  std::ofstream(dir / "crash.yaml") << R"(
+name: crash_resume
+measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2}
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 300, cols: 100, dtype: f32}]
+    space: {block_threads: [64, 128, 256], rows_per_block: 1, vec: 1}
+)";
+  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+  const std::string db = (dir / "c.sqlite").string();
+  const auto [status, out] = sh(bin + " run " + (dir / "crash.yaml").string() + " --no-cache --db " + db +
+                                " --templates " + (dir / "templates").string());
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("restarting in a fresh process"), std::string::npos) << out;
+  const auto [qs, q] = sh(bin + " query sql \"SELECT config, status FROM trials ORDER BY id\" --format csv --db " + db);
+  ASSERT_EQ(qs, 0) << q;
+  EXPECT_EQ(q,
+            "config,status\n"
+            "block_threads=64,rows_per_block=1,vec=1,ok\n"
+            "block_threads=128,rows_per_block=1,vec=1,crashed\n"
+            "block_threads=256,rows_per_block=1,vec=1,ok\n");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
