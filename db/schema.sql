@@ -26,7 +26,7 @@ CREATE TABLE runs (
   copy_gbps       REAL,                  -- [GB/s] measured device-to-device copy bandwidth; NULL unknown
   started_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
   finished_at     TEXT,                  -- [UTC] NULL while running or when killed
-  status          TEXT    NOT NULL DEFAULT 'running',  -- running | finished | failed | interrupted
+  status          TEXT    NOT NULL DEFAULT 'running',  -- running | finished | failed | interrupted | crashed
   uid             TEXT                   -- (v2) 32 hex digits, random, unique: identity across merges
 );
 CREATE UNIQUE INDEX runs_by_uid ON runs (uid);

@@ -242,8 +242,8 @@ void Store::set_copy_bandwidth(std::int64_t run_id, double gbps) {
 }
 
 void Store::finish_run(std::int64_t run_id, const std::string& status) {
-  if (status != "finished" && status != "failed" && status != "interrupted")
-    throw core::Error("finish_run: status must be finished, failed or interrupted, not '" + status +
+  if (status != "finished" && status != "failed" && status != "interrupted" && status != "crashed")
+    throw core::Error("finish_run: status must be finished, failed, interrupted or crashed, not '" + status +
                       "'");
   Stmt(m_impl->db,
        "UPDATE runs SET status = ?2, finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "

@@ -83,7 +83,8 @@ class Store {
   std::int64_t begin_run(const RunInfo& info);
   /// Records the measured device-to-device copy bandwidth [GB/s] of the run's GPU.
   void set_copy_bandwidth(std::int64_t run_id, double gbps);
-  /// Sets finished_at = now and status: "finished" | "failed" | "interrupted" (else throws core::Error).
+  /// Sets finished_at = now and status: "finished" | "failed" | "interrupted" | "crashed" (a sticky CUDA
+  /// error ended the process's GPU work; a new process resumes) (else throws core::Error).
   void finish_run(std::int64_t run_id, const std::string& status);
 
   /// Inserts or updates the compile with rec.cache_key (an empty key is derived from family, source

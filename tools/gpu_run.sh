@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu_run.sh: on the GPU machine, from the repository root with .gpu/ (tools/gpu_pack.sh) present:
-# lists the GPU, runs every test binary (gpu tests included), then each experiment given (default: the
+# lists the GPU, runs every test binary but those in FT_GPU_SKIP_TESTS (default: the CPU-only
+# experiments_compile_test, which CI runs), then each experiment given (default: the
 # quick-start) into a fresh database, and prints the best configs. Logs are written to a work folder
 # and packed into $OUT/gpu-logs.tgz (with gpu.sqlite beside it) when $OUT is set (the device tool).
 set -uo pipefail
@@ -20,7 +21,7 @@ if [ ! -x build/harness/cli/flashtune ]; then mkdir -p build/harness/cli && cp "
 fails=0
 for t in "$bin"/*_test; do
   name=$(basename "$t")
-  case " ${FT_GPU_SKIP_TESTS:-experiments_compile_test} " in *" $name "*) echo "SKIP $name (CPU-only, run by CI)"; continue ;; esac
+  case " ${FT_GPU_SKIP_TESTS:-experiments_compile_test} " in *" $name "*) echo "SKIP $name (in FT_GPU_SKIP_TESTS)"; continue ;; esac
   if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then
     echo "PASS $name: $(grep -E '^\[  PASSED  \]' "$out/$name.log" | head -1) $(grep -E 'SKIPPED' "$out/$name.log" | head -1)"
   else
@@ -28,15 +29,16 @@ for t in "$bin"/*_test; do
   fi
 done | tee "$out/tests.txt"
 fails=$(grep -c '^FAIL' "$out/tests.txt" || true)
+db="$out/gpu.sqlite"
+[ -z "${OUT:-}" ] || db="$OUT/gpu.sqlite"  # trials land in $OUT as they are committed, even if the call is cut off
 experiments=("$@")
 [ ${#experiments[@]} -gt 0 ] || experiments=(experiments/quickstart.yaml)
 for e in "${experiments[@]}"; do
-  "$bin/flashtune" run "$e" --db "$out/gpu.sqlite" 2>"$out/$(basename "$e" .yaml).trials.log" | tee -a "$out/runs.txt"
+  "$bin/flashtune" run "$e" --db "$db" 2>"$out/$(basename "$e" .yaml).trials.log" | tee -a "$out/runs.txt"
 done
-"$bin/flashtune" query best --db "$out/gpu.sqlite" | tee "$out/best.txt"
+"$bin/flashtune" query best --db "$db" | tee "$out/best.txt"
 echo "test binaries failed: $fails"
 if [ -n "${OUT:-}" ]; then
-  cp "$out/gpu.sqlite" "$OUT/" 2>/dev/null
   tar czf "$OUT/gpu-logs.tgz" --exclude=cache --exclude='gpu.sqlite*' -C "$out" .
 fi
 exit $((fails > 0))

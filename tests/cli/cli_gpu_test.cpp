@@ -65,13 +65,13 @@ studies:
                                 " --templates " + (dir / "templates").string());
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("restarting in a fresh process"), std::string::npos) << out;
-  const auto [qs, q] = sh(bin + " query sql \"SELECT config, status FROM trials ORDER BY id\" --format csv --db " + db);
+  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
   ASSERT_EQ(qs, 0) << q;
   EXPECT_EQ(q,
             "config,status\n"
-            "block_threads=64,rows_per_block=1,vec=1,ok\n"
-            "block_threads=128,rows_per_block=1,vec=1,crashed\n"
-            "block_threads=256,rows_per_block=1,vec=1,ok\n");
+            "\"block_threads=64,rows_per_block=1,vec=1\",ok\n"
+            "\"block_threads=128,rows_per_block=1,vec=1\",crashed\n"
+            "\"block_threads=256,rows_per_block=1,vec=1\",ok\n");
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
