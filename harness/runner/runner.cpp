@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -361,7 +362,11 @@ class ExperimentRun {
       s += "  " + fmt(r.timing->median_ms * 1000, 2) + " us  " + fmt(r.gbps, 0) + " GB/s";
       if (m_summary.copy_gbps > 0) s += " (" + fmt(100 * r.gbps / m_summary.copy_gbps, 1) + "% of copy)";
       if (r.tflops >= 0.1) s += "  " + fmt(r.tflops, 1) + " TFLOP/s";
-      if (r.validation) s += "  err " + fmt(r.validation->max_abs_err * 1e6, 3) + "e-6";
+      if (r.validation) {
+        char err[32];
+        std::snprintf(err, sizeof err, "%.2e", r.validation->max_abs_err);
+        s += std::string("  max err ") + err;
+      }
     } else if (r.status == TrialStatus::compiled && r.compile) {
       const auto& res = r.compile->resources;
       s += "  " + std::to_string(res.registers) + " regs, " + std::to_string(std::max(res.spill_store_bytes, 0)) +
