@@ -274,11 +274,7 @@ class ExperimentRun {
     const auto& family = *study.kernel;
     const std::string source = jit::load_template(family.template_file(), m_opts.templates);
     const std::string source_hash = template_source_hash(family.template_file(), m_opts.templates);
-    std::vector<std::string> vars;
-    for (const auto& [name, values] : study.space.dims) vars.push_back(name);
-    for (const auto& d : family.problem_dims()) vars.push_back(d);
-    vars.push_back("dtype_bytes");
-    const tuner::ConstraintSet constraints(study.constraints, vars);
+    const tuner::ConstraintSet constraints = experiment::constraint_set(study);
 
     for (const auto& problem : study.problems) {
       if (g_stop || m_summary.poisoned) return;

@@ -10,8 +10,6 @@
 #include "harness/jit/compiler.hpp"
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/family.hpp"
-#include "tuner/constraint.hpp"
-#include "tuner/space.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashtune;
@@ -29,14 +27,8 @@ TEST(ExperimentFiles, EveryRunnableConfigCompilesForSm80AndSm90a) {
       for (const auto& study : exp.studies) {
         const auto& family = *study.kernel;
         const std::string source = jit::load_template(family.template_file(), std::nullopt);
-        std::vector<std::string> vars;
-        for (const auto& [name, values] : study.space.dims) vars.push_back(name);
-        for (const auto& d : family.problem_dims()) vars.push_back(d);
-        vars.push_back("dtype_bytes");
-        const tuner::ConstraintSet constraints(study.constraints, vars);
         for (const auto& problem : study.problems) {
-          const auto configs = tuner::enumerate(study.space, [&](const core::Config& c) { return !constraints.violated(c, problem); });
-          for (const auto& config : configs) {
+          for (const auto& config : experiment::candidates(study, problem)) {
             if (family.can_run(config, problem, limits)) continue;
             const auto spec = family.specialize(config, problem);
             std::string key = spec.name_expression;

@@ -14,42 +14,12 @@
 #include "harness/cuda/driver.hpp"
 #include "harness/experiment/experiment.hpp"
 #include "harness/jit/template_store.hpp"
+#include "tests/runner/runner_test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashtune;
 
-namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("ft_runner_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
-  static int& counter() { static int n = 0; return n; }
-};
-
-runner::RunOptions quiet_options(const fs::path& db, bool compile_only) {
-  runner::RunOptions o;
-  o.db_path = db;
-  o.compile_only = compile_only;
-  o.print = [](const std::string&) {};
-  return o;
-}
-
-bool have_gpu() {
-  std::string why;
-  return cuda::driver_available(&why) && cuda::device_count() > 0;
-}
-
-std::int64_t count(const db::Store& s, const std::string& where) {
-  const auto q = s.sql("SELECT count(*) FROM trials WHERE " + where);
-  return std::stoll(q.rows.at(0).at(0));
-}
-
-}  // namespace
+using namespace flashtune::testing;
 
 // ------------------------------------------------------------------------------------------------
 // GPU: every family and dtype against the double reference on ragged shapes, through the real pipeline.

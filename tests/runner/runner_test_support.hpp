@@ -1,0 +1,48 @@
+// tests/runner/runner_test_support.hpp: helpers shared by the runner tests (temporary folders, quiet run
+// options, GPU presence, trial counts).
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "db/store.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/cuda/driver.hpp"
+#include "harness/runner/runner.hpp"
+
+namespace flashtune::testing {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("ft_runner_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { std::error_code ec; fs::remove_all(path, ec); }
+  static int& counter() { static int n = 0; return n; }
+};
+
+inline runner::RunOptions quiet_options(const fs::path& db, bool compile_only) {
+  runner::RunOptions o;
+  o.db_path = db;
+  o.compile_only = compile_only;
+  o.print = [](const std::string&) {};
+  return o;
+}
+
+inline bool have_gpu() {
+  std::string why;
+  return cuda::driver_available(&why) && cuda::device_count() > 0;
+}
+
+inline std::int64_t count(const db::Store& s, const std::string& where) {
+  const auto q = s.sql("SELECT count(*) FROM trials WHERE " + where);
+  return std::stoll(q.rows.at(0).at(0));
+}
+
+}  // namespace flashtune::testing
