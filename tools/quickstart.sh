@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/build.sh
 ./build/harness/cli/flashtune run experiments/quickstart.yaml "$@"
-./build/harness/cli/flashtune query best
+./build/harness/cli/flashtune query runs
+./build/harness/cli/flashtune query best   # empty after a compile-only run: nothing was timed
