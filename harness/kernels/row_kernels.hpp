@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/kernels/family.hpp"
@@ -33,5 +34,33 @@ Specialization specialize(const std::string& kernel, const core::Config& c, cons
 LaunchShape launch_shape(const core::Config& c, const core::Problem& p);
 
 inline constexpr std::int64_t kMaxGridX = 2147483647;  ///< CUDA's grid.x limit
+
+/// The overrides every row family shares (stage, dims, dtypes, tunables, constraints, checks, name
+/// expression, launch shape); a family adds its name, template, buffers, arguments, counts and reference.
+class RowKernelFamily : public KernelFamily {
+ public:
+  /// `kernel`: the template's function name, e.g. "softmax_kernel".
+  explicit RowKernelFamily(std::string kernel) : m_kernel(std::move(kernel)) {}
+
+  std::string stage() const override { return "forward"; }
+  std::vector<std::string> problem_dims() const override { return {"rows", "cols"}; }
+  std::vector<core::DType> dtypes() const override { return {core::DType::f32, core::DType::f16, core::DType::bf16}; }
+  std::vector<TunableSpec> tunables() const override { return row::tunables(); }
+  std::vector<std::string> constraints() const override { return row::constraints(); }
+  std::optional<std::string> check_problem(const core::Problem& p) const override { return row::check_problem(p); }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+                                     const core::DeviceLimits& d) const override {
+    return row::can_run(c, p, d);
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    return row::specialize(m_kernel, c, p);
+  }
+  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    return row::launch_shape(c, p);
+  }
+
+ private:
+  std::string m_kernel;
+};
 
 }  // namespace flashtune::kernels::row

@@ -11,29 +11,13 @@
 namespace flashtune::kernels {
 namespace {
 
-class Softmax final : public KernelFamily {
+class Softmax final : public row::RowKernelFamily {
  public:
+  Softmax() : RowKernelFamily("softmax_kernel") {}
   std::string name() const override { return "softmax"; }
-  std::string stage() const override { return "forward"; }
   std::string template_file() const override { return "softmax.cuh"; }
   std::string description() const override {
     return "row-wise online softmax y = exp(x - max) / sum exp(x - max); x, y in the problem dtype, fp32 math";
-  }
-  std::vector<std::string> problem_dims() const override { return {"rows", "cols"}; }
-  std::vector<core::DType> dtypes() const override { return {core::DType::f32, core::DType::f16, core::DType::bf16}; }
-  std::vector<TunableSpec> tunables() const override { return row::tunables(); }
-  std::vector<std::string> constraints() const override { return row::constraints(); }
-
-  std::optional<std::string> check_problem(const core::Problem& p) const override { return row::check_problem(p); }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
-                                     const core::DeviceLimits& d) const override {
-    return row::can_run(c, p, d);
-  }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    return row::specialize("softmax_kernel", c, p);
-  }
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    return row::launch_shape(c, p);
   }
 
   // x (rows x cols) logits in [-8, 8] (e^16 of dynamic range inside a row); y (rows x cols) output.

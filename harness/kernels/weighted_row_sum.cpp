@@ -10,29 +10,13 @@
 namespace flashtune::kernels {
 namespace {
 
-class WeightedRowSum final : public KernelFamily {
+class WeightedRowSum final : public row::RowKernelFamily {
  public:
+  WeightedRowSum() : RowKernelFamily("weighted_row_sum_kernel") {}
   std::string name() const override { return "weighted_row_sum"; }
-  std::string stage() const override { return "forward"; }
   std::string template_file() const override { return "weighted_row_sum.cuh"; }
   std::string description() const override {
     return "y[i] = sum_j x[i,j] * w[j]; x, w in the problem dtype, y and accumulation fp32";
-  }
-  std::vector<std::string> problem_dims() const override { return {"rows", "cols"}; }
-  std::vector<core::DType> dtypes() const override { return {core::DType::f32, core::DType::f16, core::DType::bf16}; }
-  std::vector<TunableSpec> tunables() const override { return row::tunables(); }
-  std::vector<std::string> constraints() const override { return row::constraints(); }
-
-  std::optional<std::string> check_problem(const core::Problem& p) const override { return row::check_problem(p); }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
-                                     const core::DeviceLimits& d) const override {
-    return row::can_run(c, p, d);
-  }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    return row::specialize("weighted_row_sum_kernel", c, p);
-  }
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    return row::launch_shape(c, p);
   }
 
   // x (rows x cols), w (cols): inputs in [-1, 1]; y (rows): fp32 output.
