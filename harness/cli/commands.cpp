@@ -94,7 +94,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
       ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
       ("cache", po::value(&cache), "CUBIN cache folder (default $FLASHTUNE_CACHE_DIR or ~/.cache/flashtune)")
       ("no-cache", "compile every config afresh")
-      ("verbose,v", "more detail per trial");
+      ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);
   po::variables_map vm;

@@ -363,12 +363,14 @@ class ExperimentRun {
         std::snprintf(err, sizeof err, "%.2e", r.validation->max_abs_err);
         s += std::string("  max err ") + err;
       }
-    } else if (r.status == TrialStatus::compiled && r.compile) {
+    } else if (!r.reason.empty()) {
+      s += ": " + r.reason;
+    }
+    // Compile resources: always in compile-only runs (they are the result), on request (-v) otherwise.
+    if (r.compile && r.compile->ok && (r.status == TrialStatus::compiled || m_opts.verbose)) {
       const auto& res = r.compile->resources;
       s += "  " + std::to_string(res.registers) + " regs, " + std::to_string(std::max(res.spill_store_bytes, 0)) +
            " B spilled" + (r.compile->cache_hit ? ", cached" : ", " + fmt(r.compile->compile_ms, 0) + " ms");
-    } else if (!r.reason.empty()) {
-      s += ": " + r.reason;
     }
     return s;
   }

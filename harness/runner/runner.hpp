@@ -29,7 +29,7 @@ struct RunOptions {
   std::optional<std::filesystem::path> templates;  ///< kernel template override folder
   std::optional<std::filesystem::path> cache_dir;  ///< CUBIN cache; nullopt: no cache
   std::string command_line;                        ///< recorded with the run
-  bool verbose = false;                            ///< a line per trial (else a progress line)
+  bool verbose = false;                            ///< also print each trial's registers, spills, compile time
   std::function<void(const std::string&)> print;   ///< where lines go (stderr when empty)
 };
 
