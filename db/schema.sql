@@ -108,7 +108,8 @@ CREATE TABLE trials (
   tolerance       REAL,                  -- pass bound: 2 * naive_err + atol
   nan_count       INTEGER,               -- NaN or Inf elements in the output
   created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
-  stopped_early   INTEGER                -- (v2) 1: measurement abandoned against an incumbent
+  stopped_early   INTEGER,               -- (v2) 1: measurement abandoned against an incumbent
+  device_bytes    INTEGER                -- (v3) [bytes] device memory allocated: inputs, outputs, workspaces
 );
 CREATE INDEX trials_by_run ON trials (run_id);
 CREATE INDEX trials_for_resume

@@ -281,14 +281,15 @@ std::int64_t Store::record_trial(const TrialRecord& t) {
          "INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
          "source_hash, device_key, status, reason, compile_id, seed, median_ms, iqr_ms, min_ms, "
          "max_ms, mean_ms, rel_stdev, converged, cold, n_samples, samples_json, gbps, tflops, "
-         "max_abs_err, max_rel_err, naive_err, tolerance, nan_count, stopped_early) "
+         "max_abs_err, max_rel_err, naive_err, tolerance, nan_count, stopped_early, device_bytes) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-         "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)");
+         "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)");
   s.bind(1, t.run_id).bind(2, t.experiment_name).bind(3, t.family).bind(4, t.stage)
       .bind(5, problem_id).bind(6, config_id).bind(7, t.source_hash).bind(8, t.device_key)
       .bind(9, std::string(core::to_string(t.result.status))).bind(10, t.result.reason)
       .bind(11, compile_id).bind(12, static_cast<std::int64_t>(t.seed));
-  for (int i = 13; i <= 30; ++i) s.bind_null(i);
+  for (int i = 13; i <= 31; ++i) s.bind_null(i);
+  if (t.result.device_bytes > 0) s.bind(31, t.result.device_bytes);
   if (const auto& m = t.result.timing) {
     s.bind(13, m->median_ms).bind(14, m->iqr_ms).bind(15, m->min_ms).bind(16, m->max_ms)
         .bind(17, m->mean_ms).bind(18, m->rel_stdev).bind(19, m->converged).bind(20, m->cold)

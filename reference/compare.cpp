@@ -9,10 +9,14 @@
 namespace flashtune::reference {
 
 core::Validation compare(const std::vector<double>& out, const std::vector<double>& ref64,
-                         const std::vector<double>& naive_same, double atol) {
+                         const std::vector<double>& naive_same, double atol,
+                         const std::vector<std::uint8_t>& checked) {
   if (out.size() != ref64.size() || naive_same.size() != ref64.size())
     throw core::Error("compare: sizes differ (out " + std::to_string(out.size()) + ", ref64 " +
                       std::to_string(ref64.size()) + ", naive " + std::to_string(naive_same.size()) + ")");
+  if (!checked.empty() && checked.size() != ref64.size())
+    throw core::Error("compare: mask of " + std::to_string(checked.size()) + " for " + std::to_string(ref64.size()) +
+                      " elements");
   if (!(atol >= 0)) throw core::Error("compare: atol must be >= 0");
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // A NaN difference (a NaN reference) must fail, never compare false and pass.
@@ -23,11 +27,13 @@ core::Validation compare(const std::vector<double>& out, const std::vector<doubl
   core::Validation v;
   v.checked = true;
   for (std::size_t i = 0; i < ref64.size(); ++i) {
-    v.naive_err = std::max(v.naive_err, diff(naive_same[i], ref64[i]));
+    const bool check = checked.empty() || checked[i];
+    if (check) v.naive_err = std::max(v.naive_err, diff(naive_same[i], ref64[i]));
     if (!std::isfinite(out[i])) {
       ++v.nan_count;
       continue;
     }
+    if (!check) continue;
     const double e = diff(out[i], ref64[i]);
     v.max_abs_err = std::max(v.max_abs_err, e);
     v.max_rel_err = std::max(v.max_rel_err, e / std::max(std::fabs(ref64[i]), kRelFloor));

@@ -2,6 +2,7 @@
 // the double-precision oracle must be at most twice the naive same-precision algorithm's, plus atol.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "harness/core/types.hpp"
@@ -18,8 +19,11 @@ namespace flashtune::reference {
 ///   passed      = nan_count == 0 && max_abs_err <= tolerance, and tolerance is finite (a NaN or Inf
 ///                 in ref64 or naive_same is a broken reference and never passes)
 /// Throws core::Error when the three vectors differ in size or atol < 0.
+/// `checked` (empty: every element) restricts the error metrics to elements whose entry is nonzero, for
+/// references that compute a sample; the NaN count still covers every element of `out`.
 core::Validation compare(const std::vector<double>& out, const std::vector<double>& ref64,
-                         const std::vector<double>& naive_same, double atol);
+                         const std::vector<double>& naive_same, double atol,
+                         const std::vector<std::uint8_t>& checked = {});
 
 inline constexpr double kRelFloor = 1e-6;  ///< denominator floor of max_rel_err
 

@@ -191,7 +191,13 @@ int cmd_kernels(const std::vector<std::string>& args) {
     std::cout << f->name() << " [" << f->stage() << "]  " << f->description() << "\n  template: " << f->template_file()
               << "\n  problem dims:";
     for (const auto& d : f->problem_dims()) std::cout << ' ' << d;
-    std::cout << "\n  dtypes:";
+    if (const auto opt = f->optional_problem_dims(); !opt.empty()) {
+      std::cout << "\n  optional dims:\n";
+      for (const auto& o : opt) std::cout << "    " << o.name << " (default " << o.fallback << ")  " << o.doc << '\n';
+      std::cout << "  dtypes:";
+    } else {
+      std::cout << "\n  dtypes:";
+    }
     for (auto d : f->dtypes()) std::cout << ' ' << core::to_string(d);
     std::cout << "\n  tunables:\n";
     for (const auto& t : f->tunables()) {

@@ -118,6 +118,9 @@ struct TrialResult {
   std::optional<Validation> validation;
   double gbps = 0;    ///< [GB/s] family bytes / median time (0 when not measured)
   double tflops = 0;  ///< [TFLOP/s] family flops / median time
+  /// [bytes] device memory the trial allocated (inputs, outputs, workspaces; library-internal
+  /// workspaces such as cuBLAS's are not seen); 0 when nothing was allocated (compile-only).
+  std::int64_t device_bytes = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -269,7 +269,9 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
                         const kernels::KernelFamily& fam, std::vector<core::Problem>& out) {
   const auto dims = fam.problem_dims();
   const auto dtypes = fam.dtypes();
+  const auto optional = fam.optional_problem_dims();
   std::vector<std::string> allowed = dims;
+  for (const auto& o : optional) allowed.push_back(o.name);
   allowed.push_back("dtype");
   MapReader r(ctx, node, path, allowed);
   for (const auto& d : dims) r.require(d);
@@ -317,6 +319,7 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
       if (k == "dtype") p.dtype = static_cast<core::DType>(v);
       else p.dims[k] = v;
     }
+    for (const auto& o : optional) p.dims.try_emplace(o.name, o.fallback);
     if (auto why = fam.check_problem(p)) ctx.fail(node, path, "problem " + p.key() + ": " + *why);
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
   }
@@ -450,6 +453,7 @@ std::vector<std::string> constraint_variables(const kernels::KernelFamily& famil
   std::vector<std::string> vars;
   for (const auto& t : family.tunables()) vars.push_back(t.name);
   for (const auto& d : family.problem_dims()) vars.push_back(d);
+  for (const auto& o : family.optional_problem_dims()) vars.push_back(o.name);
   vars.push_back("dtype_bytes");
   return vars;
 }

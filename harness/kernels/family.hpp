@@ -29,10 +29,12 @@ struct LaunchShape {
   std::int64_t threads_per_block() const { return std::int64_t(block[0]) * block[1] * block[2]; }
 };
 
-enum class BufferRole { input, output };
+enum class BufferRole { input, output, workspace };
 
 // A device buffer the kernel reads or writes. Inputs are filled with fresh uniform random values in
-// [lo, hi] (never zeros); outputs are poisoned with NaN before every checked launch.
+// [lo, hi] (never zeros); outputs are poisoned with NaN before every checked launch; workspaces (scratch
+// a multi-step baseline needs, e.g. a materialized score matrix) are allocated and counted in the trial's
+// device memory, never filled or checked.
 struct BufferSpec {
   std::string name;
   core::DType dtype = core::DType::f32;
@@ -59,6 +61,28 @@ struct Specialization {
 struct HostTensor {
   core::DType dtype = core::DType::f32;
   std::vector<double> values;
+  /// Reference outputs only: empty when every element was computed, else 1 where it was. A reference
+  /// too costly to compute whole (attention at seq 16k) fills a sample of rows; the kernel is compared
+  /// on those, and every element of its output must still be finite (no unwritten NaN poison).
+  std::vector<std::uint8_t> checked;
+};
+
+// A problem dimension that may be left out of the YAML; the experiment loader fills in the default, so a
+// problem's key always names every dimension.
+struct OptionalDim {
+  std::string name;          ///< "causal"
+  std::int64_t fallback = 0;  ///< value when the YAML leaves it out
+  std::string doc;
+};
+
+// What a family that launches itself (several kernels, library calls) is handed by the runner: the
+// stream, the compiled function of its template, the launch shape it asked for, and every buffer's
+// device address in buffers() order. Opaque types keep this header free of CUDA.
+struct LaunchEnv {
+  void* stream = nullptr;    ///< CUstream
+  void* function = nullptr;  ///< CUfunction of specialize()'s name expression
+  LaunchShape shape;
+  std::vector<std::uint64_t> buffers;  ///< CUdeviceptr per buffer
 };
 
 // Which reference to compute: the double-precision oracle, or the naive algorithm carried out in the
@@ -76,6 +100,7 @@ class KernelFamily {
   virtual std::string description() const = 0;    ///< one line
 
   virtual std::vector<std::string> problem_dims() const = 0;  ///< required dimensions ("rows", "cols")
+  virtual std::vector<OptionalDim> optional_problem_dims() const { return {}; }
   virtual std::vector<core::DType> dtypes() const = 0;        ///< supported problem dtypes
   virtual std::vector<TunableSpec> tunables() const = 0;
   /// Always-on constraints between tunables and problem dims, as expressions (muparser syntax, names
@@ -93,6 +118,12 @@ class KernelFamily {
                                    const core::DeviceLimits& d) const = 0;
   virtual std::vector<BufferSpec> buffers(const core::Problem& p) const = 0;
   virtual std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const = 0;
+
+  /// false (the default): the runner launches the compiled function once with arguments() and
+  /// launch_shape(). true: the runner calls launch() instead, which must enqueue all its work on
+  /// env.stream (and may throw cuda::CudaError); it is timed as a whole.
+  virtual bool launches_itself() const { return false; }
+  virtual void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const;
 
   virtual double bytes_moved(const core::Problem& p) const = 0;  ///< [bytes] each input read once, each output written once
   virtual double flops(const core::Problem& p) const = 0;        ///< [FLOP]

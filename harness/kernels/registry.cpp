@@ -13,6 +13,10 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
   return families;
 }
 
+void KernelFamily::launch(const LaunchEnv&, const core::Config&, const core::Problem&) const {
+  throw core::Error("kernel family '" + name() + "' does not launch itself (launches_itself() is false)");
+}
+
 const KernelFamily* find_family(const std::string& name) {
   for (const auto& f : all_families())
     if (f->name() == name) return f.get();

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <regex>
@@ -93,6 +94,11 @@ std::optional<std::string> resource_problem(const core::KernelResources& r, cons
 
 // One problem's data: host inputs and references (computed once) and the device buffers.
 struct ProblemData {
+  std::int64_t device_bytes() const {
+    std::int64_t n = 0;
+    for (const auto& b : specs) n += std::int64_t(buffer_bytes(b));
+    return n;
+  }
   std::vector<kernels::BufferSpec> specs;
   std::vector<kernels::HostTensor> inputs;  // inputs only, in spec order
   std::vector<kernels::HostTensor> ref64;   // outputs only, in spec order
@@ -109,17 +115,20 @@ void make_host_data(const kernels::KernelFamily& family, const core::Problem& p,
   std::uint64_t stream = 0;
   for (const auto& b : d.specs) {
     if (b.role == kernels::BufferRole::input) {
-      kernels::HostTensor t{b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream)};
+      kernels::HostTensor t{b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream), {}};
       reference::round_all(b.dtype, t.values);
       d.inputs.push_back(std::move(t));
-    } else {
-      d.ref64.push_back({b.dtype, std::vector<double>(std::size_t(b.elements))});
+    } else if (b.role == kernels::BufferRole::output) {
+      d.ref64.push_back({b.dtype, std::vector<double>(std::size_t(b.elements)), {}});
     }
   }
   if (!with_reference) return;
   d.naive = d.ref64;
   family.reference(p, d.inputs, d.ref64, kernels::RefPrecision::f64);
   family.reference(p, d.inputs, d.naive, kernels::RefPrecision::same);
+  for (std::size_t i = 0; i < d.ref64.size(); ++i)
+    if (d.ref64[i].checked != d.naive[i].checked)
+      throw core::Error(family.name() + ".reference: the f64 and same-precision references checked different elements");
 }
 
 void upload_inputs(ProblemData& d) {
@@ -440,11 +449,25 @@ class ExperimentRun {
       r.status = TrialStatus::resource_exceeded, r.reason = *why;
       return;
     }
-    auto args = pack_args(family.arguments(config, problem), data);
+    r.device_bytes = data.device_bytes();
     CUstream stream = m_gpu->stream.get();
-    auto launch = [&](CUstream s) {
-      cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
-    };
+    std::function<void(CUstream)> launch;
+    PackedArgs args;
+    if (family.launches_itself()) {
+      kernels::LaunchEnv env;
+      env.function = fn;
+      env.shape = shape;
+      for (const auto& b : data.buffers) env.buffers.push_back(std::uint64_t(b.ptr()));
+      launch = [&family, env, &config, &problem](CUstream s) mutable {
+        env.stream = s;
+        family.launch(env, config, problem);
+      };
+    } else {
+      args = pack_args(family.arguments(config, problem), data);
+      launch = [&](CUstream s) {
+        cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
+      };
+    }
 
     if (m_exp.validate.enabled) {
       for (std::size_t i = 0; i < data.specs.size(); ++i)
@@ -461,7 +484,8 @@ class ExperimentRun {
         std::vector<unsigned char> bytes(std::size_t(b.elements) * core::dtype_size(b.dtype));
         data.buffers[i].download(bytes.data(), bytes.size(), stream);
         const auto got = reference::unpack(b.dtype, bytes.data(), std::size_t(b.elements));
-        const auto v = reference::compare(got, data.ref64[out].values, data.naive[out].values, atol);
+        const auto v = reference::compare(got, data.ref64[out].values, data.naive[out].values, atol,
+                                          data.ref64[out].checked);
         ++out;
         if (!worst.checked || !v.passed || v.max_abs_err > worst.max_abs_err) {
           const bool keep_failed = worst.checked && !worst.passed && v.passed;
