@@ -5,8 +5,12 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <string>
 
 #include "harness/core/types.hpp"
@@ -76,15 +80,33 @@ RowMajor<Acc> load(const std::vector<double>& x, std::int64_t offset, std::int64
 }
 
 // Calls f(h, q_offset, kv_offset, lse_offset) for every (batch, query head h); O shares Q's offsets.
+// Heads run in parallel on the host's cores (each writes only its own slice of O and LSE); the first
+// exception a head throws is rethrown after all threads have joined.
 template <typename F>
 void for_each_head(const AttnShape& s, F&& f) {
   const std::int64_t group = s.heads_q / s.heads_kv;
-  for (std::int64_t b = 0; b < s.batch; ++b)
-    for (std::int64_t h = 0; h < s.heads_q; ++h) {
-      const std::int64_t hkv = h / group;
-      f(h, ((b * s.heads_q + h) * s.seq_q) * s.head_dim, ((b * s.heads_kv + hkv) * s.seq_k) * s.head_dim,
-        (b * s.heads_q + h) * s.seq_q);
+  const std::int64_t heads = s.batch * s.heads_q;
+  std::atomic<std::int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::int64_t bh; (bh = next++) < heads;) {
+      const std::int64_t b = bh / s.heads_q, h = bh % s.heads_q, hkv = h / group;
+      try {
+        f(h, ((b * s.heads_q + h) * s.seq_q) * s.head_dim, ((b * s.heads_kv + hkv) * s.seq_k) * s.head_dim,
+          (b * s.heads_q + h) * s.seq_q);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
     }
+  };
+  const std::int64_t n = std::min<std::int64_t>(heads, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (std::int64_t t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
 // exp(x - shift) with masked (-inf) scores giving exactly 0: Eigen's vectorized exp clamps its
@@ -119,7 +141,23 @@ template <typename Acc>
 void attention_naive(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
                      const std::vector<double>& v, const std::vector<double>& sinks, std::vector<double>& o,
                      std::vector<double>& lse) {
+  attention_naive_rows<Acc>(s, q, k, v, sinks, {}, o, lse);
+}
+
+template <typename Acc>
+void attention_naive_rows(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& sinks,
+                          const std::vector<std::int64_t>& rows, std::vector<double>& o, std::vector<double>& lse) {
   check_inputs("attention_naive", s, q, k, v, sinks);
+  for (std::int64_t i : rows)
+    if (i < 0 || i >= s.seq_q)
+      fail("attention_naive_rows: row " + std::to_string(i) + " outside [0, " + std::to_string(s.seq_q) + ")");
+  std::vector<std::int64_t> all;
+  if (rows.empty()) {
+    all.resize(static_cast<std::size_t>(s.seq_q));
+    for (std::int64_t i = 0; i < s.seq_q; ++i) all[static_cast<std::size_t>(i)] = i;
+  }
+  const std::vector<std::int64_t>& which = rows.empty() ? all : rows;
   const Acc scale = score_scale<Acc>(s);
   const Acc neg_inf = -std::numeric_limits<Acc>::infinity();
   o.assign(static_cast<std::size_t>(s.batch * s.heads_q * s.seq_q * s.head_dim), 0.0);
@@ -130,7 +168,7 @@ void attention_naive(const AttnShape& s, const std::vector<double>& q, const std
     const RowMajor<Acc> vm = load<Acc>(v, kv_off, s.seq_k, s.head_dim);
     const Acc sink = s.learned_sinks ? static_cast<Acc>(sinks[static_cast<std::size_t>(h)]) : neg_inf;
     RowVec<Acc> scores(s.seq_k);
-    for (std::int64_t i = 0; i < s.seq_q; ++i) {
+    for (const std::int64_t i : which) {
       scores = scale * (qm.row(i) * km.transpose());
       const RowRange r = row_range(s, i);
       for (std::int64_t j = 0; j < s.seq_k; ++j)
@@ -229,6 +267,14 @@ template void attention_naive<double>(const AttnShape&, const std::vector<double
 template void attention_naive<float>(const AttnShape&, const std::vector<double>&, const std::vector<double>&,
                                      const std::vector<double>&, const std::vector<double>&, std::vector<double>&,
                                      std::vector<double>&);
+template void attention_naive_rows<double>(const AttnShape&, const std::vector<double>&,
+                                           const std::vector<double>&, const std::vector<double>&,
+                                           const std::vector<double>&, const std::vector<std::int64_t>&,
+                                           std::vector<double>&, std::vector<double>&);
+template void attention_naive_rows<float>(const AttnShape&, const std::vector<double>&, const std::vector<double>&,
+                                          const std::vector<double>&, const std::vector<double>&,
+                                          const std::vector<std::int64_t>&, std::vector<double>&,
+                                          std::vector<double>&);
 template void attention_tiled<double>(const AttnShape&, const std::vector<double>&, const std::vector<double>&,
                                       const std::vector<double>&, const std::vector<double>&, std::int64_t,
                                       std::int64_t, std::vector<double>&, std::vector<double>&);

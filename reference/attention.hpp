@@ -51,6 +51,14 @@ void attention_naive(const AttnShape& s, const std::vector<double>& q, const std
                      const std::vector<double>& v, const std::vector<double>& sinks, std::vector<double>& o,
                      std::vector<double>& lse);
 
+/// attention_naive() for the query rows listed in `rows` only (each in [0, seq_q), in every batch and
+/// head; empty = all rows). o and lse are sized in full; rows not listed hold O = 0 and LSE = -inf.
+/// For problems too large to check whole on the host (cost ~ rows * seq_k * head_dim per head).
+template <typename Acc>
+void attention_naive_rows(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& sinks,
+                          const std::vector<std::int64_t>& rows, std::vector<double>& o, std::vector<double>& lse);
+
 /// The same result by FlashAttention-2 tiling: per block of block_m query rows, key/value blocks of
 /// block_n rows are visited in order with a running max m, running sum l and an accumulator rescaled by
 /// exp(m_old - m_new); O = acc / l and LSE = m + log(l) at the end. A learned sink starts the row at
@@ -75,6 +83,14 @@ extern template void attention_naive<double>(const AttnShape&, const std::vector
 extern template void attention_naive<float>(const AttnShape&, const std::vector<double>&,
                                             const std::vector<double>&, const std::vector<double>&,
                                             const std::vector<double>&, std::vector<double>&, std::vector<double>&);
+extern template void attention_naive_rows<double>(const AttnShape&, const std::vector<double>&,
+                                                  const std::vector<double>&, const std::vector<double>&,
+                                                  const std::vector<double>&, const std::vector<std::int64_t>&,
+                                                  std::vector<double>&, std::vector<double>&);
+extern template void attention_naive_rows<float>(const AttnShape&, const std::vector<double>&,
+                                                 const std::vector<double>&, const std::vector<double>&,
+                                                 const std::vector<double>&, const std::vector<std::int64_t>&,
+                                                 std::vector<double>&, std::vector<double>&);
 extern template void attention_tiled<double>(const AttnShape&, const std::vector<double>&,
                                              const std::vector<double>&, const std::vector<double>&,
                                              const std::vector<double>&, std::int64_t, std::int64_t,

@@ -15,7 +15,9 @@ namespace flashtune::reference {
 ///                 whose reference is ~0 (tiny softmax probabilities) from dominating
 ///   naive_err   = max |naive_same - ref64|
 ///   tolerance   = 2 * naive_err + atol
-///   nan_count   = NaN or Inf elements of `out` (an unwritten, NaN-poisoned output counts)
+///   nan_count   = NaN or Inf elements of `out` (an unwritten, NaN-poisoned output counts); an infinity
+///                 equal to the reference's is exact (LSE = -inf of a row with no visible key), and so is
+///                 -inf in an element the mask leaves unchecked
 ///   passed      = nan_count == 0 && max_abs_err <= tolerance, and tolerance is finite (a NaN or Inf
 ///                 in ref64 or naive_same is a broken reference and never passes)
 /// Throws core::Error when the three vectors differ in size or atol < 0.

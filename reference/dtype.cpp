@@ -100,4 +100,14 @@ std::vector<double> uniform(std::size_t n, double lo, double hi, std::uint64_t s
   return out;
 }
 
+double round_tf32(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f)) return f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0x1000u) & 0xFFFFE000u;  // add half of the 13 dropped bits' unit, then truncate: ties away
+  std::memcpy(&f, &bits, sizeof bits);
+  return f;
+}
+
 }  // namespace flashtune::reference

@@ -13,6 +13,9 @@ namespace flashtune::reference {
 /// `v` rounded to nearest (ties to even) in dtype `d`, widened back to double. Correctly rounded from
 /// double (no double rounding through fp32). Overflow gives +-inf, NaN stays NaN.
 double round_to(core::DType d, double v);
+/// v as float rounded to TF32 (10 explicit mantissa bits, round to nearest, ties away from zero: PTX
+/// cvt.rna.tf32.f32), what the tensor cores' fp32 mode multiplies. Inf and NaN pass through.
+double round_tf32(double v);
 /// round_to() applied to every element, in place.
 void round_all(core::DType d, std::vector<double>& values);
 

@@ -320,6 +320,7 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
       else p.dims[k] = v;
     }
     for (const auto& o : optional) p.dims.try_emplace(o.name, o.fallback);
+    fam.complete_problem(p);
     if (auto why = fam.check_problem(p)) ctx.fail(node, path, "problem " + p.key() + ": " + *why);
     if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
   }

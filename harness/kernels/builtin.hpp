@@ -9,5 +9,6 @@ namespace flashtune::kernels {
 
 std::unique_ptr<KernelFamily> make_weighted_row_sum_family();  ///< weighted_row_sum.cpp
 std::unique_ptr<KernelFamily> make_softmax_family();           ///< softmax.cpp
+std::unique_ptr<KernelFamily> make_attn_fwd_family();          ///< attn_fwd.cpp
 
 }  // namespace flashtune::kernels

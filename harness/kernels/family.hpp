@@ -101,6 +101,9 @@ class KernelFamily {
 
   virtual std::vector<std::string> problem_dims() const = 0;  ///< required dimensions ("rows", "cols")
   virtual std::vector<OptionalDim> optional_problem_dims() const { return {}; }
+  /// Called by the experiment loader after the optional dims got their defaults, before check_problem():
+  /// a family may derive one dim from others here (attention: seq_k defaults to seq_q).
+  virtual void complete_problem(core::Problem&) const {}
   virtual std::vector<core::DType> dtypes() const = 0;        ///< supported problem dtypes
   virtual std::vector<TunableSpec> tunables() const = 0;
   /// Always-on constraints between tunables and problem dims, as expressions (muparser syntax, names

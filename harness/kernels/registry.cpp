@@ -8,6 +8,7 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     std::vector<std::unique_ptr<KernelFamily>> v;
     v.push_back(make_weighted_row_sum_family());
     v.push_back(make_softmax_family());
+    v.push_back(make_attn_fwd_family());
     return v;
   }();
   return families;

@@ -1,0 +1,168 @@
+// harness/kernels/attention.cpp: the attention problem, buffers, counts and reference shared by the
+// attention forward families.
+#include "harness/kernels/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "reference/dtype.hpp"
+
+namespace flashtune::kernels::attn {
+
+reference::AttnShape shape_of(const core::Problem& p) {
+  reference::AttnShape s;
+  s.batch = p.at("batch");
+  s.heads_q = p.at("heads_q");
+  s.heads_kv = p.at("heads_kv");
+  s.seq_q = p.at("seq_q");
+  s.seq_k = p.at("seq_k");
+  s.head_dim = p.at("head_dim");
+  s.causal = p.get("causal", 0) != 0;
+  s.window = p.get("window", 0);
+  s.sink_tokens = p.get("sink_tokens", 0);
+  s.learned_sinks = p.get("learned_sinks", 0) != 0;
+  return s;
+}
+
+std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget) {
+  const std::int64_t seq_q = p.at("seq_q");
+  const double per_row = double(p.at("batch")) * double(p.at("heads_q")) * double(p.at("seq_k")) * double(p.at("head_dim"));
+  if (per_row * double(seq_q) <= budget) return {};
+  const std::int64_t n = std::clamp<std::int64_t>(std::int64_t(budget / per_row), 16, seq_q);
+  std::set<std::int64_t> rows;
+  for (std::int64_t i = 0; i < 4 && i < seq_q; ++i) rows.insert(i), rows.insert(seq_q - 1 - i);
+  for (std::int64_t k = 0; std::int64_t(rows.size()) < n && k < 4 * n; ++k) {
+    const std::int64_t base = k * seq_q / n;
+    rows.insert(std::min(seq_q - 1, base + (k * 37) % 61));
+  }
+  return {rows.begin(), rows.end()};
+}
+
+std::vector<std::string> AttentionFamily::problem_dims() const { return {"batch", "heads_q", "seq_q", "head_dim"}; }
+
+std::vector<OptionalDim> AttentionFamily::optional_problem_dims() const {
+  return {
+      {"heads_kv", -1, "key/value heads (GQA: heads_q a multiple of it; 1 = MQA); default heads_q"},
+      {"seq_k", -1, "keys; default seq_q (causal masks align bottom-right when they differ)"},
+      {"causal", 0, "1: key j visible to query i only when j <= i + seq_k - seq_q"},
+      {"window", 0, "sliding window W > 0: key j visible only when j > i + seq_k - seq_q - W; 0 = none"},
+      {"sink_tokens", 0, "the first k keys stay visible through the window (StreamingLLM)"},
+      {"learned_sinks", 0, "1: one learned logit per query head joins the softmax denominator (GPT-OSS)"},
+      {"tf32", 0, "f32 only: 1 = TF32 tensor cores, 0 = exact fp32 FMA"},
+      {"qk_range", 1, "Q and K are drawn uniform in [-r, r] (large r: large logits)"},
+      {"sink_bias", 0, "learned sink logits are drawn uniform in [b - 1, b + 1]"},
+  };
+}
+
+void AttentionFamily::complete_problem(core::Problem& p) const {
+  if (p.get("heads_kv", -1) < 0 && p.dims.count("heads_q")) p.dims["heads_kv"] = p.dims["heads_q"];
+  if (p.get("seq_k", -1) < 0 && p.dims.count("seq_q")) p.dims["seq_k"] = p.dims["seq_q"];
+}
+
+std::optional<std::string> AttentionFamily::check_problem(const core::Problem& p) const {
+  for (const char* d : {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim"}) {
+    if (!p.dims.count(d)) return std::string("missing dimension '") + d + "'";
+    if (p.at(d) < 1) return std::string(d) + " must be >= 1";
+  }
+  if (p.at("heads_q") % p.at("heads_kv") != 0)
+    return "heads_q (" + std::to_string(p.at("heads_q")) + ") must be a multiple of heads_kv (" +
+           std::to_string(p.at("heads_kv")) + ")";
+  const auto hd = head_dims();
+  if (std::find(hd.begin(), hd.end(), p.at("head_dim")) == hd.end()) {
+    std::string list;
+    for (auto d : hd) list += (list.empty() ? "" : ", ") + std::to_string(d);
+    return "head_dim " + std::to_string(p.at("head_dim")) + " not supported (supported: " + list + ")";
+  }
+  for (const char* d : {"causal", "learned_sinks", "tf32"})
+    if (p.get(d, 0) != 0 && p.get(d, 0) != 1) return std::string(d) + " must be 0 or 1";
+  for (const char* d : {"window", "sink_tokens", "sink_bias"})
+    if (p.get(d, 0) < 0) return std::string(d) + " must be >= 0";
+  if (p.get("qk_range", 1) < 1) return "qk_range must be >= 1";
+  if (p.get("tf32", 0) && p.dtype != core::DType::f32) return "tf32 applies to dtype f32 only";
+  if (p.get("sink_tokens", 0) > 0 && p.get("window", 0) == 0)
+    return "sink_tokens needs a window (without one every key is visible anyway)";
+  // Problems must fit 32-bit element offsets per (batch, head) slice and 31-bit grid dims.
+  if (double(p.at("seq_q")) * double(p.at("head_dim")) >= 2147483647.0 ||
+      double(p.at("seq_k")) * double(p.at("head_dim")) >= 2147483647.0)
+    return "seq * head_dim must be < 2^31";
+  return std::nullopt;
+}
+
+std::vector<BufferSpec> AttentionFamily::buffers(const core::Problem& p) const {
+  const std::int64_t b = p.at("batch"), hq = p.at("heads_q"), hkv = p.at("heads_kv");
+  const std::int64_t sq = p.at("seq_q"), sk = p.at("seq_k"), d = p.at("head_dim");
+  const double r = double(p.get("qk_range", 1)), bias = double(p.get("sink_bias", 0));
+  return {
+      {"q", p.dtype, b * hq * sq * d, BufferRole::input, -r, r},
+      {"k", p.dtype, b * hkv * sk * d, BufferRole::input, -r, r},
+      {"v", p.dtype, b * hkv * sk * d, BufferRole::input, -1.0, 1.0},
+      {"sinks", core::DType::f32, hq, BufferRole::input, bias - 1.0, bias + 1.0},
+      {"o", p.dtype, b * hq * sq * d, BufferRole::output, 0, 0},
+      {"lse", core::DType::f32, b * hq * sq, BufferRole::output, 0, 0},
+  };
+}
+
+double AttentionFamily::bytes_moved(const core::Problem& p) const {
+  double n = 0;
+  for (const auto& b : buffers(p)) n += double(b.elements) * double(core::dtype_size(b.dtype));
+  return n;
+}
+
+double AttentionFamily::flops(const core::Problem& p) const {
+  return 4.0 * double(p.at("head_dim")) * reference::attention_visible_pairs(shape_of(p));
+}
+
+void AttentionFamily::reference(const core::Problem& p, const std::vector<HostTensor>& inputs,
+                                std::vector<HostTensor>& outputs, RefPrecision precision) const {
+  if (inputs.size() != 4 || outputs.size() != 2) throw core::Error(name() + ".reference: expects q, k, v, sinks -> o, lse");
+  const auto s = shape_of(p);
+  const auto rows = reference_rows(p, kReferenceBudget);
+  auto& o = outputs[0].values;
+  auto& lse = outputs[1].values;
+  if (precision == RefPrecision::f64) {
+    reference::attention_naive_rows<double>(s, inputs[0].values, inputs[1].values, inputs[2].values, inputs[3].values,
+                                            rows, o, lse);
+  } else {
+    const bool tf32 = p.get("tf32", 0) != 0;
+    auto rounded = [&](const std::vector<double>& x) {
+      std::vector<double> y(x);
+      for (double& v : y) v = reference::round_tf32(v);
+      return y;
+    };
+    if (tf32)
+      reference::attention_naive_rows<float>(s, rounded(inputs[0].values), rounded(inputs[1].values),
+                                             rounded(inputs[2].values), inputs[3].values, rows, o, lse);
+    else
+      reference::attention_naive_rows<float>(s, inputs[0].values, inputs[1].values, inputs[2].values,
+                                             inputs[3].values, rows, o, lse);
+    reference::round_all(outputs[0].dtype, o);
+    reference::round_all(core::DType::f32, lse);
+  }
+  for (auto& out : outputs) out.checked.clear();
+  if (rows.empty()) return;
+  const std::int64_t heads = s.batch * s.heads_q;
+  outputs[0].checked.assign(o.size(), 0);
+  outputs[1].checked.assign(lse.size(), 0);
+  for (std::int64_t bh = 0; bh < heads; ++bh)
+    for (std::int64_t i : rows) {
+      const std::size_t row = std::size_t(bh * s.seq_q + i);
+      outputs[1].checked[row] = 1;
+      std::fill_n(outputs[0].checked.begin() + std::ptrdiff_t(row * std::size_t(s.head_dim)), s.head_dim, 1);
+    }
+}
+
+// O is a convex combination of V in [-1, 1]. The kernels multiply P rounded to the input dtype (as
+// FlashAttention does) while the naive same-precision reference keeps P in fp32, so atol forgives that
+// rounding: about one ulp of P at 1 (fp16 2^-10, bf16 2^-7), TF32 (2^-10 on P and a few ulps of the
+// products), exact fp32 a few ulps of an fp32 sum over thousands of keys.
+double AttentionFamily::default_atol(const core::Problem& p) const {
+  switch (p.dtype) {
+    case core::DType::f16: return 1e-3;
+    case core::DType::bf16: return 8e-3;
+    case core::DType::f32: break;
+  }
+  return p.get("tf32", 0) ? 2e-3 : 2e-5;
+}
+
+}  // namespace flashtune::kernels::attn

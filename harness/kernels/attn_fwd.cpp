@@ -1,0 +1,122 @@
+// harness/kernels/attn_fwd.cpp: the attn_fwd family, FlashAttention-2 style fused attention forward
+// (kernel_templates/attn_fwd.cuh). fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async
+// pipeline of num_stages K/V tiles); fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.hpp).
+// Causal, sliding window, sink tokens and learned sinks are compile-time switches; GQA is a head map.
+#include <cmath>
+
+#include "harness/kernels/attention.hpp"
+#include "harness/kernels/attn_fwd_f32.hpp"
+#include "harness/kernels/builtin.hpp"
+
+namespace flashtune::kernels {
+namespace {
+
+const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
+
+class AttnFwd final : public attn::AttentionFamily {
+ public:
+  std::string name() const override { return "attn_fwd"; }
+  std::string stage() const override { return "forward"; }
+  std::string template_file() const override { return "attn_fwd.cuh"; }
+  std::string description() const override {
+    return "fused attention forward (O, LSE): causal / GQA / window / sink tokens / learned sinks; "
+           "fp16, bf16 on tensor cores, fp32 exact or TF32";
+  }
+
+  std::vector<TunableSpec> tunables() const override {
+    return {
+        {"block_m", {16, 32, 64, 128}, "query rows per block"},
+        {"block_n", {16, 32, 64, 128}, "keys per K/V tile"},
+        {"num_warps", {1, 2, 4, 8}, "warps per block (fp16/bf16: each owns block_m / num_warps query rows)"},
+        {"num_stages", {1, 2, 3}, "K/V tiles in flight (cp.async pipeline depth)"},
+    };
+  }
+  // Each warp owns one or two 16-row MMA tiles of the query block.
+  std::vector<std::string> constraints() const override {
+    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2"};
+  }
+
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+                                     const core::DeviceLimits& d) const override {
+    if (p.dtype == core::DType::f32) return attn_f32::can_run(c, p, d);
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    if (bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
+      return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
+    if (bn % 16 != 0) return "block_n must be a multiple of 16";
+    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
+    const std::int64_t smem = mma_smem(c, p);
+    if (smem > d.max_shared_per_block_optin)
+      return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
+    // Registers per thread, roughly: O accumulators (rows/warp * hd / 32), S (rows/warp * bn / 32), Q
+    // fragments (rows/warp * hd / 64 words). Far past 255 spills badly whatever the compiler does.
+    const std::int64_t rows = bm / warps;
+    const std::int64_t regs = rows * hd / 32 + rows * bn / 32 + rows * hd / 64 + 24;
+    if (regs > 2 * d.max_regs_per_thread)
+      return "about " + std::to_string(regs) + " registers per thread needed (limit " +
+             std::to_string(d.max_regs_per_thread) + ")";
+    (void)hd;
+    return std::nullopt;
+  }
+
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}};
+    const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
+    return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
+                std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
+                std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +
+                bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
+                bool_arg(p.get("learned_sinks", 0)) + ">",
+            {}};
+  }
+
+  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    LaunchShape s;
+    s.grid[0] = unsigned((p.at("seq_q") + c.at("block_m") - 1) / c.at("block_m"));
+    s.grid[1] = unsigned(p.at("heads_q"));
+    s.grid[2] = unsigned(p.at("batch"));
+    s.block[0] = unsigned(32 * c.at("num_warps"));
+    s.dynamic_smem_bytes =
+        p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p) : unsigned(mma_smem(c, p));
+    return s;
+  }
+
+  // (q, k, v, sinks, o, lse, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale_log2,
+  //  q / k / v / o strides per batch, head and row, in elements)
+  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
+    const std::int64_t d = p.at("head_dim");
+    const float scale_log2 = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634);
+    return {BufferArg{attn::kQ},
+            BufferArg{attn::kK},
+            BufferArg{attn::kV},
+            BufferArg{attn::kSinks},
+            BufferArg{attn::kO},
+            BufferArg{attn::kLse},
+            std::int32_t(hq),
+            std::int32_t(hkv),
+            std::int32_t(sq),
+            std::int32_t(sk),
+            std::int32_t(p.get("window", 0)),
+            std::int32_t(p.get("sink_tokens", 0)),
+            scale_log2,
+            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d),      // q
+            std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d),     // k
+            std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d),     // v
+            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d)};     // o
+  }
+
+ private:
+  // Q tile, then num_stages (K tile, V tile) pairs, all block x head_dim elements.
+  static std::int64_t mma_smem(const core::Config& c, const core::Problem& p) {
+    return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * p.at("head_dim") *
+           std::int64_t(core::dtype_size(p.dtype));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> make_attn_fwd_family() { return std::make_unique<AttnFwd>(); }
+
+}  // namespace flashtune::kernels

@@ -1,0 +1,65 @@
+// kernel_templates/attn_common.cuh: what every attention kernel shares (DESIGN.md "Attention
+// conventions"): the visibility rule, which key tiles a block of query rows must visit (tiles with no
+// visible pair are never loaded) and which of those need the element-wise mask (only boundary tiles).
+//
+// Layout: Q, O (batch, heads_q, seq_q, head_dim), K, V (batch, heads_kv, seq_k, head_dim), element strides
+// per batch / head / row passed explicitly (head_dim contiguous), LSE (batch, heads_q, seq_q) contiguous
+// fp32 in natural log. Query head h reads kv head h / (heads_q / heads_kv).
+#pragma once
+
+#include "ft_common.cuh"
+
+// The mask of one problem: key j is visible to query i when
+//   (!kCausal || j <= i + offset) && (!kWindow || j > i + offset - window || j < sink_tokens),
+// offset = seq_k - seq_q (causal masks align bottom-right).
+template <bool kCausal, bool kWindow>
+struct FtAttnMask {
+  int seq_q, seq_k, offset, window, sink_tokens;
+
+  __device__ __forceinline__ FtAttnMask(int sq, int sk, int w, int sinks)
+      : seq_q(sq), seq_k(sk), offset(sk - sq), window(w), sink_tokens(sinks) {}
+
+  __device__ __forceinline__ bool visible(int i, int j) const {
+    if (j >= seq_k) return false;
+    if (kCausal && j > i + offset) return false;
+    if (kWindow && j <= i + offset - window && j >= sink_tokens) return false;
+    return true;
+  }
+};
+
+// The key tiles that query rows [m0, m1) can see, in visiting order: first the tiles holding sink tokens
+// (window only), then the band from the first tile the window reaches to the last the causal edge
+// reaches. Tile t of count() starts at key tile(t) * block_n.
+template <bool kCausal, bool kWindow>
+struct FtAttnTiles {
+  int n_sink_tiles, band_first, band_end;
+
+  __device__ __forceinline__ FtAttnTiles(const FtAttnMask<kCausal, kWindow>& m, int m0, int m1, int block_n) {
+    int n_end = m.seq_k;  // one past the last key any row can see
+    if (kCausal) n_end = min(n_end, m1 - 1 + m.offset + 1);
+    if (n_end < 0) n_end = 0;
+    int band_start = 0;
+    n_sink_tiles = 0;
+    if (kWindow) {
+      band_start = max(0, m0 + m.offset - m.window + 1);
+      const int sink_end = min(m.sink_tokens, n_end);
+      n_sink_tiles = sink_end > 0 ? (sink_end + block_n - 1) / block_n : 0;
+    }
+    band_end = (n_end + block_n - 1) / block_n;
+    band_first = max(band_start / block_n, n_sink_tiles);
+    if (band_first > band_end) band_first = band_end;
+  }
+  __device__ __forceinline__ int count() const { return n_sink_tiles + (band_end - band_first); }
+  __device__ __forceinline__ int tile(int t) const { return t < n_sink_tiles ? t : band_first + (t - n_sink_tiles); }
+};
+
+// True when some (row in [m0, m1), key in [n0, n0 + block_n)) pair is not visible, so the tile needs
+// the element-wise mask; interior tiles skip it.
+template <bool kCausal, bool kWindow>
+__device__ __forceinline__ bool ft_attn_tile_needs_mask(const FtAttnMask<kCausal, kWindow>& m, int m0, int m1, int n0,
+                                                        int block_n) {
+  if (n0 + block_n > m.seq_k) return true;
+  if (kCausal && n0 + block_n - 1 > m0 + m.offset) return true;
+  if (kWindow && n0 + block_n > m.sink_tokens && n0 <= (m1 - 1) + m.offset - m.window) return true;
+  return false;
+}

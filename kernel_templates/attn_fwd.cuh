@@ -1,0 +1,4 @@
+// kernel_templates/attn_fwd.cuh: fused attention forward (the attn_fwd family). Being written.
+#pragma once
+
+#include "attn_common.cuh"
