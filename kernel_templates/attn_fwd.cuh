@@ -2,3 +2,4 @@
 #pragma once
 
 #include "attn_common.cuh"
+#include "attn_fwd_f32.cuh"
