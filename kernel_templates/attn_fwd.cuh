@@ -326,3 +326,5 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     }
   }
 }
+
+#include "attn_fwd_f32.cuh"  // fp32: exact FFMA and TF32 variants
