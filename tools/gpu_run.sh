@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 out=${FT_GPU_WORK:-gpu-out}
 rm -rf "$out" && mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export FLASHTUNE_CACHE_DIR="$out/cache"
+export FLASHTUNE_CACHE_DIR="${FT_GPU_CACHE:-$out/cache}"  # FT_GPU_WORK=$OUT/w FT_GPU_CACHE=/tmp/c: logs survive a cut-off call
 # A compile cache filled here beforehand (FLASHTUNE_CACHE_DIR=.gpu/cache flashtune run --compile-only
 # --arch sm_90a ...; keys include the NVRTC version) saves the device's time.
-[ -d .gpu/cache ] && cp -r .gpu/cache "$FLASHTUNE_CACHE_DIR"
+[ -d .gpu/cache ] && mkdir -p "$FLASHTUNE_CACHE_DIR" && cp -r .gpu/cache/. "$FLASHTUNE_CACHE_DIR"/
 # The test binaries were built with the source tree's absolute path: make it point here.
 src=$(cat .gpu/source_dir.txt)
 if [ "$src" != "$(pwd)" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; fi
