@@ -12,7 +12,7 @@
 namespace ft_attn_f32 {
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers. A host emulation of the kernel (tests/kernels/attn_fwd_f32_test.cpp) defines
+// PTX wrappers. A host emulation of the kernel (tests/kernels/attn_fwd_f32_emulation.hpp) defines
 // FT_ATTN_F32_HOST_PTX and brings its own versions of these five, so the rest of the file is the code
 // the GPU runs.
 #ifndef FT_ATTN_F32_HOST_PTX
@@ -480,9 +480,12 @@ struct Tf32Warp {
 // Q tile + kStages (K, V) tiles (+ P for FFMA), all rows padded to kHeadDim + 4 floats (the host's
 // attn_f32::dynamic_smem_bytes). Strides in elements; rows of Q, K, V, O must start 16-byte aligned
 // (row strides multiples of 4), as cp.async and the vector stores need.
+// __launch_bounds__(threads, 1): without the minimum of one block, ptxas aims at occupancy register
+// targets (128, 168) and spills a few bytes in some configs; shared memory, not registers, bounds the
+// blocks per SM of most configs anyway.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kTf32, bool kCausal, bool kWindow,
           bool kLearnedSinks>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, 1)
     attn_fwd_f32_kernel(const float* q, const float* k, const float* v, const float* sinks, float* o, float* lse,
                         int heads_q, int heads_kv, int seq_q, int seq_k, int window, int sink_tokens,
                         float scale_log2, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
@@ -491,7 +494,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   using namespace ft_attn_f32;
   using T = Traits<kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
   using Warp = typename Select<kTf32, Tf32Warp<T, kCausal, kWindow, kLearnedSinks>,
-                                         FfmaWarp<T, kCausal, kWindow, kLearnedSinks>>::type;
+                               FfmaWarp<T, kCausal, kWindow, kLearnedSinks>>::type;
   extern __shared__ float4 ft_attn_f32_smem[];
   float* const s_q = reinterpret_cast<float*>(ft_attn_f32_smem);
   float* const s_k = s_q + kBlockM * T::kStride;

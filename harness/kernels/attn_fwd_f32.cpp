@@ -25,16 +25,17 @@ unsigned dynamic_smem_bytes(const core::Config& c, const core::Problem& p) {
 }
 
 // Registers per thread, estimated from what one lane keeps across a K/V tile: the O accumulators
-// (rows_per_warp * head_dim / 32), the S tile (rows_per_warp * block_n / 32), for TF32 the Q fragments
-// when the kernel keeps them (rows_per_warp * head_dim <= 2048), and about 40 for addresses, the softmax
-// state and temporaries. Checked against ptxas (tests/kernels/attn_fwd_f32_test.cpp): every config this
-// admits compiles without spills for sm_80 and sm_90a.
+// (rows_per_warp * head_dim / 32) and the S tile (rows_per_warp * block_n / 32); FFMA weighs S by 1.25 (the
+// K vectors of the dot products stay live with it) and adds the Q vectors of the lane's rows
+// (rows_per_warp) and ~40 for addresses and the softmax state; TF32 adds the Q fragments when the kernel
+// keeps them (rows_per_warp * head_dim <= 2048: as many as O) and ~64 for fragments and addresses.
+// Calibrated on ptxas (NVRTC 13.0, sm_80 and sm_90a, every config of the default space with all mask
+// switches on): every config this admits compiled without spills; FFMA spills from ~264 estimated, TF32
+// from ~256 (232 in the old TF32 weighting); tests/kernels/attn_fwd_f32_test.cpp recompiles the heaviest.
 static std::int64_t register_estimate(const core::Config& c, const core::Problem& p) {
   const std::int64_t rows = c.at("block_m") / c.at("num_warps"), hd = p.at("head_dim"), bn = c.at("block_n");
-  std::int64_t regs = rows * hd / 32 + rows * bn / 32 + 40;
-  if (tf32_of(p) && rows * hd <= 2048) regs += rows * hd / 32;
-  if (!tf32_of(p)) regs += 4 * (rows / 4);  // the Q float4 of each row a lane owns, live across the dot loop
-  return regs;
+  if (tf32_of(p)) return rows * hd / 32 + rows * bn / 32 + (rows * hd <= 2048 ? rows * hd / 32 : 0) + 64;
+  return rows * hd / 32 + rows * bn * 5 / 128 + rows + 40;
 }
 
 std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
