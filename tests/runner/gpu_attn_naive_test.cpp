@@ -5,6 +5,7 @@
 // planted mask bug is recorded as incorrect.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -29,6 +30,12 @@ std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::P
   return n;
 }
 
+// $FLASHTUNE_CACHE_DIR when set (tools/gpu_run.sh: a cache filled ahead), else a fresh folder.
+fs::path cache_dir(const TempDir& dir) {
+  const char* env = std::getenv("FLASHTUNE_CACHE_DIR");
+  return env && *env ? fs::path(env) : dir.path / "cache";
+}
+
 }  // namespace
 
 TEST(GpuAttnNaive, MatchesTheReferenceOnEveryMaskGqaAndSinkVariant) {
@@ -36,29 +43,11 @@ TEST(GpuAttnNaive, MatchesTheReferenceOnEveryMaskGqaAndSinkVariant) {
   std::string why;
   ASSERT_TRUE(cuda::cublas_available(&why)) << why;
   TempDir dir;
-  const auto exp = experiment::parse_experiment(R"(
-name: gpu_attn_naive
-measure: {mode: hot, warmup: 1, min_samples: 3, max_samples: 3, max_time_s: 0.1}
-studies:
-  - family: attn_naive
-    problems:
-      # plain and causal; seq_q > seq_k leaves causal rows with no visible key; seq_k 37 (scalar rows)
-      # and 128 (16-byte rows)
-      - {batch: 2, heads_q: 3, seq_q: [1, 37, 130], seq_k: [37, 128], head_dim: [16, 64], dtype: [f32, f16, bf16], causal: [0, 1]}
-      # GQA and MQA
-      - {batch: 1, heads_q: 8, heads_kv: [2, 1], seq_q: 77, seq_k: 200, head_dim: [32, 128], dtype: [f32, f16, bf16], causal: [0, 1]}
-      # sliding windows, with and without sink tokens, causal or not
-      - {batch: 2, heads_q: 2, seq_q: [64, 200], seq_k: 200, head_dim: 64, dtype: [f32, bf16], causal: [0, 1], window: [1, 33], sink_tokens: [0, 4]}
-      # learned sinks (small and large logits), with GQA and with empty rows (O = 0, LSE = sink)
-      - {batch: 1, heads_q: 4, heads_kv: 2, seq_q: [50, 150], seq_k: 100, head_dim: 64, dtype: [f32, f16, bf16], causal: [0, 1], learned_sinks: 1, sink_bias: [0, 3]}
-      - {batch: 1, heads_q: 4, heads_kv: 1, seq_q: 150, seq_k: 100, head_dim: 16, dtype: [f32, f16, bf16], causal: 1, window: 20, sink_tokens: 3, learned_sinks: 1}
-      # TF32 GEMMs, large logits, head_dim 256
-      - {batch: 1, heads_q: 2, seq_q: 100, seq_k: 300, head_dim: 256, dtype: f32, tf32: [0, 1], qk_range: [1, 4]}
-      - {batch: 1, heads_q: 2, seq_q: 100, seq_k: 300, head_dim: 128, dtype: [f16, bf16], qk_range: 4, causal: 1}
-    space: {block_threads: [128, 1024]}
-)", "gpu_attn_naive.yaml");
+  // The matrix lives in a YAML file so that its kernels can be compiled ahead on the CPU
+  // (FLASHTUNE_CACHE_DIR=.gpu/cache flashtune run --compile-only --arch sm_90a FILE).
+  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_naive_variants.yaml");
   auto opts = quiet_options(dir.path / "g.sqlite", false);
-  opts.cache_dir = dir.path / "cache";
+  opts.cache_dir = cache_dir(dir);
   const auto s = runner::run_experiment(exp, opts);
   EXPECT_FALSE(s.compile_only);
   db::Store store(opts.db_path);

@@ -5,6 +5,7 @@
 // planted bug (accumulators never rescaled when the running max grows) is recorded as incorrect.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -21,25 +22,13 @@ using namespace flashtune::testing;
 TEST(GpuSoftmaxMatmul, MatchesTheReferenceOnRaggedShapesAndTheCourseShape) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
-  const auto exp = experiment::parse_experiment(R"(
-name: gpu_softmax_matmul
-measure: {mode: hot, warmup: 1, min_samples: 3, max_samples: 3, max_time_s: 0.1}
-studies:
-  - family: softmax_matmul
-    problems:
-      - {batch: 2, d1: [1, 37, 130], d2: [1, 17, 100, 1000], d3: [5, 130], dtype: [f32, f16, bf16]}
-    space: {block_m: [32, 128], block_n: [64, 128], block_k: 16, num_warps: [4, 8]}
-  - family: softmax_matmul
-    problems:
-      - {batch: 3, d1: 200, d2: 333, d3: 190, dtype: f32}
-  - family: softmax_matmul
-    problems:
-      - {batch: 2, d1: 64, d2: 300, d3: 64, dtype: [f32, f16], x_range: 40}
-      - {batch: 16, d1: 2048, d2: 512, d3: 512, dtype: f32}
-    space: {block_m: 64, block_n: 128, block_k: 32, num_warps: 4}
-)", "gpu_softmax_matmul.yaml");
+  // The matrix lives in a YAML file so that its kernels can be compiled ahead on the CPU
+  // (FLASHTUNE_CACHE_DIR=.gpu/cache flashtune run --compile-only --arch sm_90a FILE).
+  const auto exp =
+      experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/softmax_matmul_variants.yaml");
   auto opts = quiet_options(dir.path / "g.sqlite", false);
-  opts.cache_dir = dir.path / "cache";
+  const char* env = std::getenv("FLASHTUNE_CACHE_DIR");  // tools/gpu_run.sh: a cache filled ahead
+  opts.cache_dir = env && *env ? fs::path(env) : dir.path / "cache";
   const auto s = runner::run_experiment(exp, opts);
   EXPECT_FALSE(s.compile_only);
   db::Store store(opts.db_path);
