@@ -1,7 +1,7 @@
 // tuner/gp.hpp: a small Gaussian-process regressor for the Bayesian-optimization strategy: Matern 5/2
 // kernel with one length scale per feature (ARD), fixed unit signal variance (targets are
-// standardized), a small fixed noise, and length scales chosen by maximizing the log marginal
-// likelihood over a grid, one feature at a time. Written out here (a Cholesky of a few hundred rows)
+// standardized), and length scales and noise chosen by maximizing the log marginal likelihood over
+// grids, one at a time. Written out here (a Cholesky of a few hundred rows)
 // rather than pulling Eigen into tuner/: Eigen belongs to reference/ (STYLE.md, one folder per library).
 #pragma once
 
@@ -23,10 +23,11 @@ class GaussianProcess {
   static const std::vector<double>& length_scale_grid();
 
   /// Fits to points x (each of the same dimension) and targets y. With `fit_length_scales`, chooses
-  /// the length scales by maximum likelihood starting from `length_scales` (or the grid's middle value
-  /// when empty); otherwise uses `length_scales` as given. Throws core::Error on empty or ragged input.
+  /// the length scales and the noise variance by maximum likelihood starting from `length_scales`
+  /// (or the grid's middle value when empty) and `noise` (or the smallest when <= 0); otherwise uses
+  /// them as given. Throws core::Error on empty or ragged input.
   void fit(std::vector<std::vector<double>> x, std::vector<double> y, bool fit_length_scales,
-           std::vector<double> length_scales = {});
+           std::vector<double> length_scales = {}, double noise = 0);
 
   /// Posterior mean and standard deviation (of the latent function, noise excluded) at `x`, in the
   /// units of the y given to fit.
@@ -36,6 +37,7 @@ class GaussianProcess {
   double correlation(const std::vector<double>& a, const std::vector<double>& b) const { return kernel(a, b, m_scales); }
 
   const std::vector<double>& length_scales() const { return m_scales; }
+  double noise() const { return m_noise; }  ///< noise variance on the standardized targets
   double log_marginal_likelihood() const { return m_lml; }
 
  private:
@@ -48,6 +50,7 @@ class GaussianProcess {
   std::vector<double> m_y;             // standardized
   double m_y_mean = 0, m_y_scale = 1;  // to undo the standardization
   std::vector<double> m_scales;
+  double m_noise = 0;
   std::vector<double> m_chol;          // lower triangle, row-major n x n
   std::vector<double> m_alpha;         // (K + noise I)^-1 y
   double m_lml = 0;

@@ -171,8 +171,30 @@ std::size_t BayesianOptimization::choose() {
   std::vector<std::size_t> scored;
   for (std::size_t i : observed_indices())
     if (outcome(i) == Outcome::measured || (outcome(i) == Outcome::failed && m_settings.penalty > 0)) scored.push_back(i);
-  if (scored.size() < std::size_t(std::max(m_settings.initial, 1)) || measured() == 0 || m_model_dims.empty())
-    return random_unvisited();
+  if (m_model_dims.empty()) return random_unvisited();
+  if (proposed() < m_settings.initial || measured() == 0) {
+    // Initial design: spread out. The first at random, then the unvisited candidate farthest (in
+    // features) from everything visited, so a few points already span the space.
+    std::vector<std::vector<double>> taken;
+    for (std::size_t i = 0; i < m_grid.size(); ++i)
+      if (visited(i)) taken.push_back(features(i));
+    if (taken.empty()) return random_unvisited();
+    double far = -1;
+    std::vector<std::size_t> ties;
+    for (std::size_t i = 0; i < m_grid.size(); ++i) {
+      if (visited(i)) continue;
+      const std::vector<double> f = features(i);
+      double nearest = std::numeric_limits<double>::infinity();
+      for (const auto& t : taken) {
+        double d2 = 0;
+        for (std::size_t k = 0; k < f.size(); ++k) d2 += (f[k] - t[k]) * (f[k] - t[k]);
+        nearest = std::min(nearest, d2);
+      }
+      if (nearest > far + 1e-12) far = nearest, ties.clear();
+      if (nearest >= far - 1e-12) ties.push_back(i);
+    }
+    return ties[m_rng.index(ties.size())];
+  }
 
   std::vector<std::vector<double>> x;
   std::vector<double> y;
@@ -183,8 +205,9 @@ std::size_t BayesianOptimization::choose() {
   }
   // Length scales: refit while data is scarce (each point moves them), then at ~10 % growth.
   const bool refit = scored.size() <= 30 || double(scored.size()) >= 1.1 * double(m_fitted_at);
-  m_gp.fit(std::move(x), std::move(y), refit, m_scales);
+  m_gp.fit(std::move(x), std::move(y), refit, m_scales, m_noise);
   m_scales = m_gp.length_scales();
+  m_noise = m_gp.noise();
   if (refit) m_fitted_at = scored.size();
 
   std::vector<std::size_t> pool;

@@ -132,14 +132,17 @@ class GeneticAlgorithm : public GridStrategy {
 // [0, 1]) modelling log(time), and expected improvement as the acquisition, evaluated exactly on every
 // unvisited candidate (the space is discrete and enumerable, so no inner optimizer is needed; above
 // kMaxScored unvisited candidates a random subset plus the incumbent's neighbourhood is scored).
-// Failed configs enter the model at log(kFailurePenalty x the slowest measured time), which steers
-// the search away from regions that do not compile or run. The first `initial` proposals are random.
-// Length scales are refitted by maximum likelihood after each observation while there are few, then
-// at intervals (every ~10 % growth of the data).
+// Failed configs are left out of the model by default (`penalty` 0): they are never proposed again,
+// and on the synthetic attention surfaces, where the fastest configs border the ones that do not fit,
+// both entering them at a penalty time and weighting EI by a kernel estimate of feasibility made the
+// search worse (tuner/synthetic.hpp; README "Strategies and replay"). The first `initial` proposals
+// are a spread-out design: one at random, then each the unvisited candidate farthest from all visited
+// ones. Length scales are refitted by maximum likelihood after each observation while there are few,
+// then at intervals (every ~10 % growth of the data).
 class BayesianOptimization : public GridStrategy {
  public:
   struct Settings {
-    int initial = 5;
+    int initial = 3;
     double xi = 0.01;       ///< EI margin on log(time): 0.01 asks for about 1 % of improvement
     double penalty = 0;     ///< failed configs enter the model at this x the slowest time; 0: left out
   };
@@ -155,6 +158,7 @@ class BayesianOptimization : public GridStrategy {
   std::vector<std::size_t> m_model_dims;  // grid dimensions with more than one level
   GaussianProcess m_gp;
   std::vector<double> m_scales;
+  double m_noise = 0;
   std::size_t m_fitted_at = 0;  // data size at the last length-scale fit
 };
 

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "tuner/strategy.hpp"
@@ -70,7 +72,7 @@ ReplayReport replay(const Surface& surface, const ReplayOptions& options) {
   rep.valid = std::int64_t(surface.valid());
   rep.seeds = options.seeds;
   rep.optimum_ms = surface.optimum_ms();
-  rep.budget = options.budget > 0 ? options.budget : std::max<std::int64_t>(1, std::int64_t(std::ceil(0.2 * double(space))));
+  rep.budget = options.budget > 0 ? options.budget : std::max<std::int64_t>(1, std::int64_t(std::floor(0.2 * double(space))));
   if (rep.budget > space)
     throw core::UserError("replay budget " + std::to_string(rep.budget) + " exceeds the space (" + std::to_string(space) + " configs)");
   rep.max_evals = options.max_evals > 0 ? std::min(options.max_evals, space) : space;
@@ -127,12 +129,59 @@ ReplayReport replay(const Surface& surface, const ReplayOptions& options) {
   const double n = options.seeds;
   for (std::size_t t = 0; t < nt; ++t) rep.evals_mean[t] /= n, rep.reached[t] /= n, rep.reached_by_budget[t] /= n;
   rep.found_mean_ms /= n;
-  rep.gap_mean = rep.found_mean_ms / rep.optimum_ms - 1;
+  rep.gap_mean = std::max(0.0, rep.found_mean_ms / rep.optimum_ms - 1);  // not -1e-16 from rounding
   rep.score = span > 0 ? (rep.random_baseline_ms - rep.found_mean_ms) / span : std::nan("");
   double var = 0;
   for (double s : scores) var += (s - rep.score) * (s - rep.score);
   rep.score_stdev = scores.size() > 1 ? std::sqrt(var / double(scores.size() - 1)) : 0.0;
   return rep;
+}
+
+BarVerdict judge_bar(const std::vector<ReplayReport>& reports, double within, double max_fraction, int min_seeds) {
+  BarVerdict v;
+  v.evals_fraction = std::nan("");
+  const auto learners = learning_strategy_names();
+  auto threshold_of = [&](const ReplayReport& r) -> std::optional<std::size_t> {
+    for (std::size_t t = 0; t < r.thresholds.size(); ++t)
+      if (std::abs(r.thresholds[t] - within) < 1e-12) return t;
+    return std::nullopt;
+  };
+  const ReplayReport* best = nullptr;
+  for (const auto& r : reports) {
+    if (std::find(learners.begin(), learners.end(), r.strategy) == learners.end() || !threshold_of(r)) continue;
+    if (!best || r.evals_mean[*threshold_of(r)] < best->evals_mean[*threshold_of(*best)]) best = &r;
+  }
+  auto pct = [](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100 * x);
+    return std::string(buf);
+  };
+  if (!best) {
+    v.surface = reports.empty() ? "" : reports.front().surface;
+    v.line = "bar " + v.surface + ": no learning strategy replayed with a " + pct(within) + " threshold: FAIL";
+    return v;
+  }
+  const std::size_t t = *threshold_of(*best);
+  v.surface = best->surface, v.strategy = best->strategy, v.gap = best->gap_mean, v.score = best->score;
+  v.evals_fraction = best->evals_mean[t] / double(best->space);
+  v.within_at_budget = best->reached_by_budget[t];
+  const double fraction = double(best->budget) / double(best->space);
+  std::vector<std::string> why;
+  if (v.evals_fraction > max_fraction + 1e-12) why.push_back(pct(v.evals_fraction) + " of the trials > " + pct(max_fraction));
+  if (!(best->score > 0)) why.push_back("not better than random search at equal budget");
+  if (fraction > max_fraction + 1e-12) why.push_back("budget " + pct(fraction) + " of the space > " + pct(max_fraction));
+  if (best->seeds < min_seeds) why.push_back(std::to_string(best->seeds) + " seeds < " + std::to_string(min_seeds));
+  v.pass = why.empty();
+  char p_text[32];
+  std::snprintf(p_text, sizeof p_text, "%.2f", best->score);
+  v.line = "bar " + v.surface + ": " + v.strategy + " reaches within " + pct(within) + " of the optimum in " +
+           pct(v.evals_fraction) + " of the " + std::to_string(best->space) + " trials (mean of " +
+           std::to_string(best->seeds) + " seeds); at a budget of " + std::to_string(best->budget) + " (" +
+           pct(fraction) + "): P = " + p_text + ", mean gap " + pct(best->gap_mean) + ", " +
+           pct(v.within_at_budget) + " of seeds within " + pct(within) + ": " + (v.pass ? "PASS" : "FAIL");
+  for (std::size_t i = 0; i < why.size(); ++i) v.line += (i ? "; " : " (") + why[i];
+  if (!why.empty()) v.line += ")";
+  return v;
 }
 
 }  // namespace flashtune::tuner

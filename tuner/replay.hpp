@@ -38,7 +38,7 @@ double expected_best_of_random(std::vector<double> values, std::int64_t budget);
 struct ReplayOptions {
   core::StrategySettings strategy;  ///< seed k (0-based) runs with strategy.seed + k; its budgets are ignored
   int seeds = 20;
-  std::int64_t budget = 0;          ///< evaluations at which found and P are taken; 0: 20 % of the space
+  std::int64_t budget = 0;          ///< evaluations at which found and P are taken; 0: 20 % of the space, rounded down
   std::int64_t max_evals = 0;       ///< evaluations per seed at most; 0: the whole space
   std::vector<double> thresholds{0.01, 0.03, 0.05};  ///< within (1 + t) x optimum
 };
@@ -65,6 +65,23 @@ struct ReplayReport {
   double score_stdev = 0;                 ///< standard deviation of the per-seed P
   std::vector<SeedOutcome> per_seed;
 };
+
+/// The bar of issue 5 on one surface, read literally: the best learning strategy reaches within
+/// `within` of the optimum using at most `max_fraction` of the trials, averaged over at least
+/// `min_seeds` seeds (its mean evaluations to within `within` <= max_fraction x the space), and beats
+/// random search at equal budget (P > 0 at a budget of at most max_fraction of the space). The best
+/// learning strategy is the one with the fewest mean evaluations to within `within`.
+struct BarVerdict {
+  std::string surface, strategy;  ///< the best learning strategy; empty when none was replayed
+  double evals_fraction = 0;      ///< its mean evaluations to within `within`, over the space (NaN: not a threshold)
+  double gap = 0;                 ///< its mean gap to the optimum at the budget (0.01 = 1 %)
+  double within_at_budget = 0;    ///< fraction of its seeds within `within` at the budget
+  double score = 0;               ///< its P at the budget
+  bool pass = false;
+  std::string line;               ///< one sentence saying all of the above, and why it fails if it does
+};
+BarVerdict judge_bar(const std::vector<ReplayReport>& reports, double within = 0.03, double max_fraction = 0.2,
+                     int min_seeds = 20);
 
 /// Runs `options.seeds` searches of options.strategy over `surface`. Each proposal is answered with
 /// the recorded result of that config (a strategy that proposes a config the surface lacks is a

@@ -66,7 +66,7 @@ const std::vector<StrategyOption>& options_of(const std::string& name) {
       {"mutation", 0.3, 0, 1, false, false, false, "probability that each tunable moves one step up or down"},
   };
   static const std::vector<StrategyOption> bayes{
-      {"initial", 5, 1, 1e6, false, false, true, "random proposals before the model takes over"},
+      {"initial", 3, 1, 1e6, false, false, true, "spread-out proposals (the first random, then farthest from all tried) before the model takes over"},
       {"xi", 0.01, 0, 10, false, false, false, "expected-improvement margin on log(time) (0.01: about 1 %)"},
       {"penalty", 0, 0, 100, false, false, false,
        "failed configs enter the model at this factor x the slowest time measured; 0: left out of the model"},
