@@ -199,9 +199,14 @@ std::size_t BayesianOptimization::choose() {
   std::vector<std::vector<double>> x;
   std::vector<double> y;
   const double failed_y = std::log(std::max(m_settings.penalty, 1e-9) * worst_cost());
+  auto target = [&](std::size_t i) { return outcome(i) == Outcome::measured ? std::log(cost(i)) : failed_y; };
+  if (scored.size() > kMaxModelPoints) {  // the model matters near the optimum: keep the fastest
+    std::stable_sort(scored.begin(), scored.end(), [&](std::size_t a, std::size_t b) { return target(a) < target(b); });
+    scored.resize(kMaxModelPoints);
+  }
   for (std::size_t i : scored) {
     x.push_back(features(i));
-    y.push_back(outcome(i) == Outcome::measured ? std::log(cost(i)) : failed_y);
+    y.push_back(target(i));
   }
   // Length scales: refit while data is scarce (each point moves them), then at ~10 % growth.
   const bool refit = scored.size() <= 30 || double(scored.size()) >= 1.1 * double(m_fitted_at);

@@ -147,6 +147,9 @@ class BayesianOptimization : public GridStrategy {
     double penalty = 0;     ///< failed configs enter the model at this x the slowest time; 0: left out
   };
   static constexpr std::size_t kMaxScored = 4096;
+  /// Points the model is fitted to at most (the fastest ones), so a proposal stays well under a
+  /// second however long the search: the fit is cubic in the points, scoring quadratic.
+  static constexpr std::size_t kMaxModelPoints = 256;
   BayesianOptimization(std::vector<core::Config> candidates, std::int64_t budget_trials, std::uint64_t seed, Settings s);
 
  protected:
