@@ -30,10 +30,6 @@ Outcome classify(const core::TrialResult& r, double& cost_ms);
 
 class GridStrategy : public Strategy {
  public:
-  /// Cost factor a failed config is charged relative to the slowest measured one, where a strategy
-  /// needs a number (the model's targets, the genetic ranking keeps failures last in any case).
-  static constexpr double kFailurePenalty = 2.0;
-
   GridStrategy(std::vector<core::Config> candidates, std::int64_t budget_trials, std::uint64_t seed);
 
   /// An unvisited candidate chosen by the strategy; nullopt once the budget or the space is spent.
