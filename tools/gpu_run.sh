@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu_run.sh: on the GPU machine, from the repository root with .gpu/ (tools/gpu_pack.sh) present:
 # lists the GPU, runs every test binary but those in FT_GPU_SKIP_TESTS (default: the CPU-only
-# experiments_compile_test, which CI runs), then each experiment given (default: the
+# experiments_compile_test, which CI runs; FT_GPU_TESTS="a_test b_test" runs only those), then each experiment given (default: the
 # quick-start) into a fresh database, and prints the best configs. Logs are written to a work folder
 # and packed into $OUT/gpu-logs.tgz (with gpu.sqlite beside it) when $OUT is set (the device tool).
 set -uo pipefail
@@ -9,7 +9,10 @@ cd "$(dirname "$0")/.."
 out=${FT_GPU_WORK:-gpu-out}
 rm -rf "$out" && mkdir -p "$out"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export FLASHTUNE_CACHE_DIR="$out/cache"
+export FLASHTUNE_CACHE_DIR="${FT_GPU_CACHE:-$out/cache}"  # FT_GPU_WORK=$OUT/w FT_GPU_CACHE=/tmp/c: logs survive a cut-off call
+# A compile cache filled here beforehand (FLASHTUNE_CACHE_DIR=.gpu/cache flashtune run --compile-only
+# --arch sm_90a ...; keys include the NVRTC version) saves the device's time.
+[ -d .gpu/cache ] && mkdir -p "$FLASHTUNE_CACHE_DIR" && cp -r .gpu/cache/. "$FLASHTUNE_CACHE_DIR"/
 # The test binaries were built with the source tree's absolute path: make it point here.
 src=$(cat .gpu/source_dir.txt)
 if [ "$src" != "$(pwd)" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; fi
@@ -22,6 +25,9 @@ fails=0
 for t in "$bin"/*_test; do
   name=$(basename "$t")
   case " ${FT_GPU_SKIP_TESTS:-experiments_compile_test} " in *" $name "*) echo "SKIP $name (in FT_GPU_SKIP_TESTS)"; continue ;; esac
+  if [ -n "${FT_GPU_TESTS:-}" ]; then  # only these test binaries (names separated by spaces)
+    case " $FT_GPU_TESTS " in *" $name "*) ;; *) continue ;; esac
+  fi
   if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then
     echo "PASS $name: $(grep -E '^\[  PASSED  \]' "$out/$name.log" | head -1) $(grep -E 'SKIPPED' "$out/$name.log" | head -1)"
   else

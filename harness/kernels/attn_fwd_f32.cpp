@@ -1,12 +1,71 @@
-// harness/kernels/attn_fwd_f32.cpp: the fp32 kernels of attn_fwd are not written yet; every config says so.
+// harness/kernels/attn_fwd_f32.cpp: the fp32 kernels of attn_fwd (kernel_templates/attn_fwd_f32.cuh):
+// which configs can run (shared memory, a register estimate, the architecture), the name expression and
+// the dynamic shared memory of one block.
 #include "harness/kernels/attn_fwd_f32.hpp"
 
-namespace flashtune::kernels::attn_f32 {
+#include <cstdint>
 
-std::optional<std::string> can_run(const core::Config&, const core::Problem&, const core::DeviceLimits&) {
-  return "the fp32 attention kernels are not built yet (attn_fwd_f32.cuh)";
+namespace flashtune::kernels::attn_f32 {
+namespace {
+
+const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
+
+bool tf32_of(const core::Problem& p) { return p.get("tf32", 0) != 0; }
+
+}  // namespace
+
+// [bytes] Q tile + num_stages (K, V) tiles, rows padded to head_dim + 4 floats; FFMA adds the P tile
+// (block_m x (block_n + 8) floats). Must match the pointer layout at the top of attn_fwd_f32_kernel.
+unsigned dynamic_smem_bytes(const core::Config& c, const core::Problem& p) {
+  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), stages = c.at("num_stages");
+  const std::int64_t stride = p.at("head_dim") + 4;
+  std::int64_t floats = bm * stride + 2 * stages * bn * stride;
+  if (!tf32_of(p)) floats += bm * (bn + 8);
+  return unsigned(floats * 4);
 }
-std::string name_expression(const core::Config&, const core::Problem&) { return "attn_fwd_f32_kernel"; }
-unsigned dynamic_smem_bytes(const core::Config&, const core::Problem&) { return 0; }
+
+// Registers per thread, estimated from what one lane keeps across a K/V tile: the O accumulators
+// (rows_per_warp * head_dim / 32), the S tile (rows_per_warp * block_n / 32), for TF32 the Q fragments
+// when the kernel keeps them (rows_per_warp * head_dim <= 2048), and about 40 for addresses, the softmax
+// state and temporaries. Checked against ptxas (tests/kernels/attn_fwd_f32_test.cpp): every config this
+// admits compiles without spills for sm_80 and sm_90a.
+static std::int64_t register_estimate(const core::Config& c, const core::Problem& p) {
+  const std::int64_t rows = c.at("block_m") / c.at("num_warps"), hd = p.at("head_dim"), bn = c.at("block_n");
+  std::int64_t regs = rows * hd / 32 + rows * bn / 32 + 40;
+  if (tf32_of(p) && rows * hd <= 2048) regs += rows * hd / 32;
+  if (!tf32_of(p)) regs += 4 * (rows / 4);  // the Q float4 of each row a lane owns, live across the dot loop
+  return regs;
+}
+
+std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
+  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+  const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+  if (warps < 1 || bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
+    return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
+  if (bn < 16 || bn % 16 != 0) return "block_n must be a multiple of 16";
+  if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+  if (hd % 16 != 0) return "head_dim must be a multiple of 16";
+  if (d.sm_major < 8) return std::string("needs sm_80 or newer (cp.async") + (tf32_of(p) ? ", TF32 mma.sync)" : ")");
+  const std::int64_t smem = dynamic_smem_bytes(c, p);
+  if (smem > d.max_shared_per_block_optin)
+    return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
+  const std::int64_t regs = register_estimate(c, p);
+  if (regs > d.max_regs_per_thread)
+    return "about " + std::to_string(regs) + " registers per thread needed (limit " +
+           std::to_string(d.max_regs_per_thread) + "): the O and S tiles of " + std::to_string(bm / warps) +
+           " rows per warp would spill";
+  if (regs * 32 * warps > d.max_regs_per_block)
+    return "about " + std::to_string(regs) + " registers x " + std::to_string(32 * warps) + " threads > " +
+           std::to_string(d.max_regs_per_block) + " per block";
+  return std::nullopt;
+}
+
+std::string name_expression(const core::Config& c, const core::Problem& p) {
+  return "attn_fwd_f32_kernel<" + std::to_string(p.at("head_dim")) + ", " + std::to_string(c.at("block_m")) + ", " +
+         std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps")) + ", " +
+         std::to_string(c.at("num_stages")) + ", " + bool_arg(p.get("tf32", 0)) + ", " +
+         bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
+         bool_arg(p.get("learned_sinks", 0)) + ">";
+}
 
 }  // namespace flashtune::kernels::attn_f32

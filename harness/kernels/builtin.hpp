@@ -10,5 +10,7 @@ namespace flashtune::kernels {
 std::unique_ptr<KernelFamily> make_weighted_row_sum_family();  ///< weighted_row_sum.cpp
 std::unique_ptr<KernelFamily> make_softmax_family();           ///< softmax.cpp
 std::unique_ptr<KernelFamily> make_attn_fwd_family();          ///< attn_fwd.cpp
+std::unique_ptr<KernelFamily> make_attn_naive_family();        ///< attn_naive.cpp
+std::unique_ptr<KernelFamily> make_softmax_matmul_family();    ///< softmax_matmul.cpp
 
 }  // namespace flashtune::kernels

@@ -9,6 +9,8 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     v.push_back(make_weighted_row_sum_family());
     v.push_back(make_softmax_family());
     v.push_back(make_attn_fwd_family());
+    v.push_back(make_attn_naive_family());
+    v.push_back(make_softmax_matmul_family());
     return v;
   }();
   return families;

@@ -1,4 +1,4 @@
-// tests/experiment/experiment_files_test.cpp: every experiments/*.yaml loads and checks cleanly against
+// tests/experiment/experiment_files_test.cpp: every experiments/**/*.yaml loads and checks cleanly against
 // the built-in kernel families, so a broken experiment file fails CI before anyone runs it.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@ TEST(ExperimentFiles, EveryShippedExperimentLoads) {
   const fs::path dir = fs::path(FT_SOURCE_DIR) / "experiments";
   std::vector<fs::path> files;
   if (fs::is_directory(dir))
-    for (const auto& e : fs::directory_iterator(dir))
+    for (const auto& e : fs::recursive_directory_iterator(dir))
       if (e.path().extension() == ".yaml" || e.path().extension() == ".yml") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   if (files.empty()) GTEST_SKIP() << "no *.yaml in " << dir;

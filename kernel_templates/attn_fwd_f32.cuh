@@ -1,0 +1,555 @@
+// kernel_templates/attn_fwd_f32.cuh: the fp32 half of the attn_fwd family (FlashAttention-2 forward, one
+// block per (query tile, head, batch)). Two variants share the K/V pipeline, the masks and the online
+// softmax: kTf32 = false computes Q K^T and P V with exact fp32 FFMA from shared memory; kTf32 = true on
+// TF32 tensor cores (mma.sync m16n8k8, inputs rounded with cvt.rna.tf32.f32, fp32 accumulation).
+// Host side: harness/kernels/attn_fwd_f32.cpp (shared memory size, register estimate, name expression).
+#pragma once
+
+#include "attn_common.cuh"
+
+// Everything but the kernel lives in this namespace: attn_fwd.cuh includes this file and has helpers of
+// its own.
+namespace ft_attn_f32 {
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers. A host emulation of the kernel (tests/kernels/attn_fwd_f32_test.cpp) defines
+// FT_ATTN_F32_HOST_PTX and brings its own versions of these five, so the rest of the file is the code
+// the GPU runs.
+#ifndef FT_ATTN_F32_HOST_PTX
+/// Copies 16 bytes global -> shared without holding registers; valid = false writes 16 zero bytes
+/// (src-size 0: nothing is read). Both addresses 16-byte aligned.
+__device__ __forceinline__ void cp_async_16(float* smem, const float* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+/// fp32 -> tf32 (round to nearest, ties away from zero), as the 32-bit pattern mma reads.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+/// d += A (16 x 8, row) * B (8 x 8, col), tf32 inputs, fp32 accumulators. Lane (g = lane / 4, t = lane % 4)
+/// holds a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]}, b = {B[t][g], B[t+4][g]},
+/// d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]} (PTX ISA, mma.m16n8k8 fragment layouts).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/// Four 8 x 4 fp32 matrices from shared memory: lane l passes the address of row l % 8 of matrix l / 8
+/// (16 contiguous bytes); lane (g, t) receives element [g][t] of matrix i in r[i] (ldmatrix .b16 moves
+/// 32-bit words unchanged).
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const float* row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+#endif
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// std::conditional (NVRTC sees no system headers).
+template <bool kFirst, class A, class B>
+struct Select {
+  using type = A;
+};
+template <class A, class B>
+struct Select<false, A, B> {
+  using type = B;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The tile geometry both variants share. Q, K and V rows sit in shared memory padded to kHeadDim + 4
+// floats: consecutive rows then start 4 banks apart, so the access patterns below (8 rows x 16 bytes,
+// 8 rows x 4 words, 4 rows x 8 words) are free of bank conflicts.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_>
+struct Traits {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_, kThreads = 32 * kWarps_, kStages = kStages_;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;  // 16 or 32
+  static constexpr int kStride = kHeadDim + 4;           // [floats] one Q / K / V row in shared memory
+  static constexpr int kTileFloats = kBlockN * kStride;  // one K or V tile
+  static constexpr int kPStride = kBlockN + 8;           // [floats] one row of P (FFMA variant)
+  static_assert(kBlockM % (16 * kWarps) == 0 && kRowsPerWarp <= 32, "each warp owns 16 or 32 query rows");
+  static_assert(kBlockN % 16 == 0, "key tiles are whole 16-key steps");
+  static_assert(kHeadDim % 16 == 0, "head_dim is a multiple of 16");
+  static_assert(kStages >= 1, "at least one K/V buffer");
+};
+
+// One (batch, query head): its rows of Q, K, V, O and LSE, and the softmax constants.
+struct Slice {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* o;
+  float* lse;
+  long long q_ss, k_ss, v_ss, o_ss;  // [elements] row strides
+  int seq_q;
+  float scale_log2;  // softmax scale * log2(e): scores in the log2 domain
+  float sink_log2;   // learned sink logit * log2(e) (learned sinks only)
+};
+
+/// cp.async of rows [row0, row0 + kRows) of a matrix with kHeadDim columns and row stride ld into shared
+/// memory (row stride kHeadDim + 4); rows >= n_rows are zero-filled.
+/// Each thread keeps one column (or a few) and steps down the rows by pointer increments: per-pass
+/// addresses (row * ld) would be hoisted out of the tile loop and hold two registers each.
+template <int kRows, int kHeadDim, int kThreads>
+__device__ __forceinline__ void load_rows_async(float* smem, const float* g, long long ld, int row0, int n_rows) {
+  constexpr int kChunksPerRow = kHeadDim / 4;  // 16-byte chunks
+  constexpr int kThreadsPerRow = kThreads < kChunksPerRow ? kThreads : kChunksPerRow;
+  constexpr int kChunksPerThread = kChunksPerRow / kThreadsPerRow;  // per row
+  constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  const int tr = static_cast<int>(threadIdx.x) / kThreadsPerRow, tc = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+  int row = row0 + tr;
+  const float* src = g + row * ld + 4 * tc;
+  float* dst = smem + tr * (kHeadDim + 4) + 4 * tc;
+#pragma unroll 4
+  for (int pass = 0; pass < kPasses; ++pass) {
+    if (kRows % kRowsPerPass == 0 || tr + pass * kRowsPerPass < kRows) {
+      const bool valid = row < n_rows;
+#pragma unroll
+      for (int j = 0; j < kChunksPerThread; ++j)
+        cp_async_16(dst + 4 * j * kThreadsPerRow, valid ? src + 4 * j * kThreadsPerRow : g, valid);
+    }
+    row += kRowsPerPass;
+    src += kRowsPerPass * ld;
+    dst += kRowsPerPass * (kHeadDim + 4);
+  }
+}
+
+/// False when no (row in [w0, w1), key in [n0, n0 + block_n)) pair is visible: the warp skips the tile
+/// (its state would not change). True may be conservative; the element mask then removes every pair.
+template <bool kCausal, bool kWindow>
+__device__ __forceinline__ bool warp_has_work(const FtAttnMask<kCausal, kWindow>& m, int w0, int w1, int n0,
+                                              int block_n) {
+  if (w1 <= w0) return false;
+  if (kCausal && n0 > (w1 - 1) + m.offset) return false;
+  if (kWindow && n0 + block_n - 1 <= w0 + m.offset - m.window && n0 >= m.sink_tokens) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact fp32 (FFMA). Lane = 8 * lr + lc. The warp's rows r = lr + 4 i (i < kRowsPerLane) belong to the
+// 8 lanes of group lr; of the S tile a lane holds keys lc + 8 t, of O the head dims lc * kVec + 8 kVec u + e.
+// So the 8 lanes of a group share rows: their running max and sum combine with 3 shuffles. P goes
+// through shared memory (each lane needs the whole row for P V) and is read back 4 keys at a time.
+template <class T, bool kCausal, bool kWindow, bool kLearnedSinks>
+struct FfmaWarp {
+  static constexpr int kRowsPerLane = T::kRowsPerWarp / 4;
+  static constexpr int kKeysPerLane = T::kBlockN / 8;
+  static constexpr int kVec = T::kHeadDim >= 32 ? 4 : 2;  // O dims per vector access
+  static constexpr int kDimGroups = T::kHeadDim / (8 * kVec);
+  static constexpr int kDimsPerLane = kDimGroups * kVec;
+
+  float o[kRowsPerLane][kDimsPerLane];
+  float m[kRowsPerLane];  // running max of the row, log2 domain (all 8 lanes agree)
+  float l[kRowsPerLane];  // this lane's part of the running sum (summed over the 8 lanes at the end)
+
+  __device__ __forceinline__ void init(const Slice& s, int lane) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      // A learned sink starts the row: max = its logit, sum = exp(0) counted once (by lane lc = 0).
+      m[i] = kLearnedSinks ? s.sink_log2 : neg_inf();
+      l[i] = kLearnedSinks && lane % 8 == 0 ? 1.0f : 0.0f;
+#pragma unroll
+      for (int d = 0; d < kDimsPerLane; ++d) o[i][d] = 0.0f;
+    }
+  }
+
+  __device__ __forceinline__ void prepare_q(const float*, int) {}
+
+  // One K/V tile: S = Q K^T (raw scores), mask, online softmax, O += P V.
+  __device__ __forceinline__ void tile(const Slice& s, const FtAttnMask<kCausal, kWindow>& mask, const float* q_w,
+                                       const float* k_t, const float* v_t, float* p_w, int w0, int w1, int n0,
+                                       int lane) {
+    const int lr = lane / 8, lc = lane % 8;
+    float sc[kRowsPerLane][kKeysPerLane];
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i)
+#pragma unroll
+      for (int t = 0; t < kKeysPerLane; ++t) sc[i][t] = 0.0f;
+
+    const float* q_l = q_w + lr * T::kStride;
+    const float* k_l = k_t + lc * T::kStride;
+#pragma unroll 1
+    for (int d = 0; d < T::kHeadDim; d += 4) {
+      float4 qv[kRowsPerLane];
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) qv[i] = *reinterpret_cast<const float4*>(q_l + 4 * i * T::kStride + d);
+#pragma unroll
+      for (int t = 0; t < kKeysPerLane; ++t) {
+        const float4 kv = *reinterpret_cast<const float4*>(k_l + 8 * t * T::kStride + d);
+#pragma unroll
+        for (int i = 0; i < kRowsPerLane; ++i) {
+          sc[i][t] = fmaf(qv[i].x, kv.x, sc[i][t]);
+          sc[i][t] = fmaf(qv[i].y, kv.y, sc[i][t]);
+          sc[i][t] = fmaf(qv[i].z, kv.z, sc[i][t]);
+          sc[i][t] = fmaf(qv[i].w, kv.w, sc[i][t]);
+        }
+      }
+    }
+
+    if (ft_attn_tile_needs_mask(mask, w0, w1, n0, T::kBlockN)) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i)
+#pragma unroll
+        for (int t = 0; t < kKeysPerLane; ++t)
+          if (!mask.visible(w0 + lr + 4 * i, n0 + lc + 8 * t)) sc[i][t] = neg_inf();
+    }
+
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      float mx = sc[i][0];
+#pragma unroll
+      for (int t = 1; t < kKeysPerLane; ++t) mx = fmaxf(mx, sc[i][t]);
+      mx = warp_max<8>(mx);
+      const float m_new = fmaxf(m[i], mx * s.scale_log2);
+      // A row that has seen nothing yet keeps max -inf; 0 as the base keeps exp2(-inf - base) = 0, not NaN.
+      const float base = m_new == neg_inf() ? 0.0f : m_new;
+      const float alpha = exp2f(m[i] - base);
+      m[i] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kKeysPerLane; ++t) {
+        const float p = exp2f(fmaf(sc[i][t], s.scale_log2, -base));
+        sc[i][t] = p;
+        sum += p;
+      }
+      l[i] = l[i] * alpha + sum;
+#pragma unroll
+      for (int d = 0; d < kDimsPerLane; ++d) o[i][d] *= alpha;
+    }
+
+    float* p_l = p_w + lr * T::kPStride + lc;
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i)
+#pragma unroll
+      for (int t = 0; t < kKeysPerLane; ++t) p_l[4 * i * T::kPStride + 8 * t] = sc[i][t];
+    __syncwarp();
+
+    const float* pr = p_w + lr * T::kPStride;
+#pragma unroll 1
+    for (int j = 0; j < T::kBlockN; j += 4) {
+      float4 pv[kRowsPerLane];
+#pragma unroll
+      for (int i = 0; i < kRowsPerLane; ++i) pv[i] = *reinterpret_cast<const float4*>(pr + 4 * i * T::kPStride + j);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* v_row = v_t + (j + e) * T::kStride + lc * kVec;
+#pragma unroll
+        for (int u = 0; u < kDimGroups; ++u) {
+          float vv[kVec];
+          if constexpr (kVec == 4) {
+            const float4 x = *reinterpret_cast<const float4*>(v_row + u * 8 * kVec);
+            vv[0] = x.x, vv[1] = x.y, vv[2] = x.z, vv[3] = x.w;
+          } else {
+            const float2 x = *reinterpret_cast<const float2*>(v_row + u * 8 * kVec);
+            vv[0] = x.x, vv[1] = x.y;
+          }
+#pragma unroll
+          for (int i = 0; i < kRowsPerLane; ++i) {
+            const float p = e == 0 ? pv[i].x : e == 1 ? pv[i].y : e == 2 ? pv[i].z : pv[i].w;
+#pragma unroll
+            for (int x = 0; x < kVec; ++x) o[i][u * kVec + x] = fmaf(p, vv[x], o[i][u * kVec + x]);
+          }
+        }
+      }
+    }
+  }
+
+  // O = acc / l and LSE = m ln 2 + ln l (natural log) for the warp's rows below seq_q; a row that saw nothing
+  // (l = 0) gets O = 0 and LSE = -inf.
+  __device__ __forceinline__ void store(const Slice& s, int w0, int lane) {
+    const int lr = lane / 8, lc = lane % 8;
+#pragma unroll
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      const float lt = warp_sum<8>(l[i]);
+      const int row = w0 + lr + 4 * i;
+      if (row >= s.seq_q) continue;
+      const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+      float* o_row = s.o + row * s.o_ss + lc * kVec;
+#pragma unroll
+      for (int u = 0; u < kDimGroups; ++u) {
+        if constexpr (kVec == 4) {
+          *reinterpret_cast<float4*>(o_row + u * 8 * kVec) =
+              make_float4(o[i][4 * u] * inv, o[i][4 * u + 1] * inv, o[i][4 * u + 2] * inv, o[i][4 * u + 3] * inv);
+        } else {
+          *reinterpret_cast<float2*>(o_row + u * 8 * kVec) = make_float2(o[i][2 * u] * inv, o[i][2 * u + 1] * inv);
+        }
+      }
+      if (lc == 0) s.lse[row] = lt > 0.0f ? fmaf(m[i], 0.6931471805599453f, logf(lt)) : neg_inf();
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// TF32 tensor cores. The warp's rows are kMTiles 16-row MMA tiles; lane (g = lane / 4, t = lane % 4)
+// holds rows g and g + 8 of each. S tile: kBlockN / 8 accumulator tiles; O: kHeadDim / 8.
+// P feeds P V with no data movement: the S accumulators of key tile n hold P[g][2t], P[g][2t+1],
+// P[g+8][2t], P[g+8][2t+1], which are the A fragment {a0, a2, a1, a3} of a k-step whose columns t, t+4
+// stand for keys 2t, 2t+1 of the tile; the B fragment reads V rows in the same order (V[2t], V[2t+1]).
+// The sum over keys does not care about their order, so no shuffle is needed.
+template <class T, bool kCausal, bool kWindow, bool kLearnedSinks>
+struct Tf32Warp {
+  static constexpr int kMTiles = T::kRowsPerWarp / 16;
+  static constexpr int kKeyTiles = T::kBlockN / 8;
+  static constexpr int kDimTiles = T::kHeadDim / 8;  // O accumulator tiles and Q K^T k-steps
+  // Q fragments stay in registers when they are few; else they are read from shared memory per tile.
+  static constexpr bool kQInRegs = T::kRowsPerWarp * T::kHeadDim <= 2048;
+  static constexpr int kQFrags = kQInRegs ? kMTiles * kDimTiles : 1;
+
+  float o[kMTiles][kDimTiles][4];
+  float m[kMTiles][2];  // running max of rows g, g + 8 (log2 domain; the 4 lanes of a quad agree)
+  float l[kMTiles][2];  // this lane's part of the running sum (summed over the quad at the end)
+  unsigned qf[kQFrags][4];
+
+  __device__ __forceinline__ void init(const Slice& s, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        m[mt][h] = kLearnedSinks ? s.sink_log2 : neg_inf();
+        l[mt][h] = kLearnedSinks && lane % 4 == 0 ? 1.0f : 0.0f;
+      }
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) o[mt][dt][c] = 0.0f;
+    }
+  }
+
+  // A fragments of Q for m-tile mt, k-steps kd and kd + 1 (dims 8 kd .. 8 kd + 15), as tf32.
+  __device__ __forceinline__ static void load_q_pair(unsigned (&a)[4], unsigned (&b)[4], const float* q_w, int mt,
+                                                     int kd, int lane) {
+    // Matrix i of an ldmatrix: rows 8 (i & 1) .. + 7, dims 4 (i >> 1) .. + 3 of the k-step.
+    const int i = lane / 8;
+    const float* row = q_w + (16 * mt + 8 * (i & 1) + lane % 8) * T::kStride + 8 * kd + 4 * (i >> 1);
+    ldmatrix_x4(a, row);
+    ldmatrix_x4(b, row + 8);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) a[c] = to_tf32(__uint_as_float(a[c])), b[c] = to_tf32(__uint_as_float(b[c]));
+  }
+
+  __device__ __forceinline__ void prepare_q(const float* q_w, int lane) {
+    if constexpr (kQInRegs) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int kd = 0; kd < kDimTiles; kd += 2)
+          load_q_pair(qf[mt * kDimTiles + kd], qf[mt * kDimTiles + kd + 1], q_w, mt, kd, lane);
+    }
+  }
+
+  __device__ __forceinline__ void tile(const Slice& s, const FtAttnMask<kCausal, kWindow>& mask, const float* q_w,
+                                       const float* k_t, const float* v_t, float*, int w0, int w1, int n0,
+                                       int lane) {
+    const int g = lane / 4, tq = lane % 4;
+    float sc[kMTiles][kKeyTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sc[mt][nt][c] = 0.0f;
+
+    // S = Q K^T. K[key][dim] row-major is B (dim x key) column-major: one ldmatrix.x4 gives b0, b1 of
+    // two k-steps for 8 keys (matrix i: dims 4 i .. 4 i + 3 of the pair).
+    const float* k_l = k_t + (lane % 8) * T::kStride + 4 * (lane / 8);
+#pragma unroll
+    for (int kd = 0; kd < kDimTiles; kd += 2) {
+      unsigned qa[kMTiles][2][4];
+      if constexpr (!kQInRegs) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) load_q_pair(qa[mt][0], qa[mt][1], q_w, mt, kd, lane);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kKeyTiles; ++nt) {
+        unsigned kb[4];
+        ldmatrix_x4(kb, k_l + 8 * nt * T::kStride + 8 * kd);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) kb[c] = to_tf32(__uint_as_float(kb[c]));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          if constexpr (kQInRegs) {
+            mma_tf32(sc[mt][nt], qf[mt * kDimTiles + kd], kb[0], kb[1]);
+            mma_tf32(sc[mt][nt], qf[mt * kDimTiles + kd + 1], kb[2], kb[3]);
+          } else {
+            mma_tf32(sc[mt][nt], qa[mt][0], kb[0], kb[1]);
+            mma_tf32(sc[mt][nt], qa[mt][1], kb[2], kb[3]);
+          }
+        }
+      }
+    }
+
+    if (ft_attn_tile_needs_mask(mask, w0, w1, n0, T::kBlockN)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (!mask.visible(w0 + 16 * mt + g + 8 * (c / 2), n0 + 8 * nt + 2 * tq + c % 2)) sc[mt][nt][c] = neg_inf();
+    }
+
+    // Online softmax per row (mt, h); P is rounded to tf32 here, and the row sum adds the rounded values,
+    // so O is exactly the weighted mean the tensor cores form.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = sc[mt][0][2 * h];
+#pragma unroll
+        for (int nt = 0; nt < kKeyTiles; ++nt) mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * h], sc[mt][nt][2 * h + 1]));
+        mx = warp_max<4>(mx);
+        const float m_new = fmaxf(m[mt][h], mx * s.scale_log2);
+        const float base = m_new == neg_inf() ? 0.0f : m_new;
+        const float alpha = exp2f(m[mt][h] - base);
+        m[mt][h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+          for (int c = 2 * h; c < 2 * h + 2; ++c) {
+            const float p = __uint_as_float(to_tf32(exp2f(fmaf(sc[mt][nt][c], s.scale_log2, -base))));
+            sc[mt][nt][c] = p;
+            sum += p;
+          }
+        l[mt][h] = l[mt][h] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; ++dt) o[mt][dt][2 * h] *= alpha, o[mt][dt][2 * h + 1] *= alpha;
+      }
+    }
+
+    // O += P V, one k-step per key tile nt. V[key][dim] is read as B (key x dim) with scalar loads:
+    // b0 = V[8 nt + 2 tq][8 dt + g], b1 = the next key row.
+    const float* v_l = v_t + 2 * tq * T::kStride + g;
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt) {
+      unsigned pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = __float_as_uint(sc[mt][nt][0]);
+        pa[mt][1] = __float_as_uint(sc[mt][nt][2]);
+        pa[mt][2] = __float_as_uint(sc[mt][nt][1]);
+        pa[mt][3] = __float_as_uint(sc[mt][nt][3]);
+      }
+      const float* v_n = v_l + 8 * nt * T::kStride;
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) {
+        const unsigned b0 = to_tf32(v_n[8 * dt]), b1 = to_tf32(v_n[T::kStride + 8 * dt]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) mma_tf32(o[mt][dt], pa[mt], b0, b1);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(const Slice& s, int w0, int lane) {
+    const int g = lane / 4, tq = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float lt = warp_sum<4>(l[mt][h]);
+        const int row = w0 + 16 * mt + g + 8 * h;
+        if (row >= s.seq_q) continue;
+        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
+        float* o_row = s.o + row * s.o_ss + 2 * tq;
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; ++dt)
+          *reinterpret_cast<float2*>(o_row + 8 * dt) = make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+        if (tq == 0) s.lse[row] = lt > 0.0f ? fmaf(m[mt][h], 0.6931471805599453f, logf(lt)) : neg_inf();
+      }
+  }
+};
+
+}  // namespace ft_attn_f32
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. Grid (ceil(seq_q / kBlockM), heads_q, batch), 32 * kWarps threads, dynamic shared memory
+// Q tile + kStages (K, V) tiles (+ P for FFMA), all rows padded to kHeadDim + 4 floats (the host's
+// attn_f32::dynamic_smem_bytes). Strides in elements; rows of Q, K, V, O must start 16-byte aligned
+// (row strides multiples of 4), as cp.async and the vector stores need.
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kTf32, bool kCausal, bool kWindow,
+          bool kLearnedSinks>
+__global__ void __launch_bounds__(32 * kWarps)
+    attn_fwd_f32_kernel(const float* q, const float* k, const float* v, const float* sinks, float* o, float* lse,
+                        int heads_q, int heads_kv, int seq_q, int seq_k, int window, int sink_tokens,
+                        float scale_log2, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
+                        long long k_sh, long long k_ss, long long v_sb, long long v_sh, long long v_ss,
+                        long long o_sb, long long o_sh, long long o_ss) {
+  using namespace ft_attn_f32;
+  using T = Traits<kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  using Warp = typename Select<kTf32, Tf32Warp<T, kCausal, kWindow, kLearnedSinks>,
+                                         FfmaWarp<T, kCausal, kWindow, kLearnedSinks>>::type;
+  extern __shared__ float4 ft_attn_f32_smem[];
+  float* const s_q = reinterpret_cast<float*>(ft_attn_f32_smem);
+  float* const s_k = s_q + kBlockM * T::kStride;
+  float* const s_v = s_k + kStages * T::kTileFloats;
+  float* const s_p = s_v + kStages * T::kTileFloats;  // FFMA only
+
+  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / (heads_q / heads_kv);
+  Slice s;
+  s.q = q + b * q_sb + h * q_sh;
+  s.k = k + b * k_sb + h_kv * k_sh;
+  s.v = v + b * v_sb + h_kv * v_sh;
+  s.o = o + b * o_sb + h * o_sh;
+  s.lse = lse + (static_cast<long long>(b) * heads_q + h) * seq_q;
+  s.q_ss = q_ss, s.k_ss = k_ss, s.v_ss = v_ss, s.o_ss = o_ss;
+  s.seq_q = seq_q;
+  s.scale_log2 = scale_log2;
+  s.sink_log2 = kLearnedSinks ? sinks[h] * 1.4426950408889634f : 0.0f;
+
+  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.x * kBlockM, m1 = min(m0 + kBlockM, seq_q);
+  const int w0 = m0 + warp * T::kRowsPerWarp, w1 = min(w0 + T::kRowsPerWarp, seq_q);
+  const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
+  const int n_tiles = tiles.count();
+
+  // cp.async groups, oldest first: Q, then one per K/V tile (empty ones past the last tile keep the count
+  // regular), so "all but the newest kStages - 1 groups done" means: Q and tile t are in shared memory.
+  load_rows_async<kBlockM, kHeadDim, T::kThreads>(s_q, s.q, q_ss, m0, seq_q);
+  cp_async_commit();
+  auto load_kv = [&](int t) {
+    const int n0 = tiles.tile(t) * kBlockN, buf = t % kStages;
+    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_k + buf * T::kTileFloats, s.k, k_ss, n0, seq_k);
+    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_v + buf * T::kTileFloats, s.v, v_ss, n0, seq_k);
+  };
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < n_tiles) load_kv(t);
+    cp_async_commit();
+  }
+
+  Warp acc;
+  acc.init(s, lane);
+  const float* q_w = s_q + warp * T::kRowsPerWarp * T::kStride;
+  float* p_w = s_p + warp * T::kRowsPerWarp * T::kPStride;
+  cp_async_wait<kStages - 1>();  // Q
+  __syncthreads();
+  acc.prepare_q(q_w, lane);
+
+  for (int t = 0; t < n_tiles; ++t) {
+    if (t + kStages - 1 < n_tiles) load_kv(t + kStages - 1);  // into the buffer freed at the end of t - 1
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int n0 = tiles.tile(t) * kBlockN, buf = t % kStages;
+    if (warp_has_work(mask, w0, w1, n0, kBlockN))
+      acc.tile(s, mask, q_w, s_k + buf * T::kTileFloats, s_v + buf * T::kTileFloats, p_w, w0, w1, n0, lane);
+    __syncthreads();  // every warp is done with buffer t % kStages before it is refilled
+  }
+  cp_async_wait<0>();
+  acc.store(s, w0, lane);
+}

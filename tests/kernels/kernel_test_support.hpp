@@ -1,0 +1,114 @@
+// tests/kernels/kernel_test_support.hpp: helpers for the family tests: a template's text and a kernel's
+// parameter list, the runner's input fill done on the host, and compiling many instantiations of one
+// template in a few NVRTC calls (explicit instantiations; ptxas then reports every kernel).
+#pragma once
+
+#include <algorithm>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/jit/compiler.hpp"
+#include "harness/jit/template_store.hpp"
+#include "harness/kernels/family.hpp"
+#include "reference/dtype.hpp"
+
+namespace flashtune::testing {
+
+inline std::string read_template(const std::string& file) {
+  std::ifstream in(std::string(FT_SOURCE_DIR) + "/kernel_templates/" + file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Parameter declarations of `<kernel>(...)` in the template text, in order ("T* __restrict__ s", ...).
+inline std::vector<std::string> kernel_parameters(const std::string& source, const std::string& kernel) {
+  const std::regex sig(kernel + R"(\s*\(([^)]*)\))");
+  std::smatch m;
+  if (!std::regex_search(source, m, sig)) return {};
+  std::vector<std::string> params;
+  std::stringstream ss(m[1].str());
+  for (std::string p; std::getline(ss, p, ',');) params.push_back(p);
+  return params;
+}
+
+/// Inputs filled as the runner fills them (uniform in [lo, hi], rounded to the dtype), and zeroed outputs
+/// (workspaces are skipped).
+inline void make_tensors(const kernels::KernelFamily& f, const core::Problem& p, std::uint64_t seed,
+                         std::vector<kernels::HostTensor>& inputs, std::vector<kernels::HostTensor>& outputs) {
+  inputs.clear(), outputs.clear();
+  std::uint64_t stream = 0;
+  for (const auto& b : f.buffers(p)) {
+    if (b.role == kernels::BufferRole::input) {
+      inputs.push_back({b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream), {}});
+      reference::round_all(b.dtype, inputs.back().values);
+    } else if (b.role == kernels::BufferRole::output) {
+      outputs.push_back({b.dtype, std::vector<double>(std::size_t(b.elements)), {}});
+    }
+  }
+}
+
+struct BatchCompile {
+  core::CompileRecord record;
+  int entries = 0;       ///< kernels ptxas compiled
+  int spilling = 0;      ///< of them, with spill stores
+  int max_registers = 0;
+};
+
+/// Compiles `source` plus one explicit instantiation per entry of `instantiations` (each a full
+/// declaration such as "template __global__ void k<float, 128>(float*, int);") for `arch`.
+inline BatchCompile compile_instantiations(const std::string& source, const std::string& source_name,
+                                           const std::vector<std::string>& instantiations, const std::string& arch) {
+  jit::CompileRequest req;
+  req.source = source + "\n";
+  for (const auto& i : instantiations) req.source += i + "\n";
+  req.source_name = source_name;
+  req.arch = arch;
+  req.headers = jit::template_headers(std::nullopt);
+  const auto out = jit::Compiler(std::nullopt).compile(req);
+  BatchCompile r;
+  r.record = out.record;
+  const std::string& log = out.record.log;
+  static const std::regex entry(R"(Compiling entry function)");
+  static const std::regex spill(R"(([0-9]+) bytes spill stores)");
+  static const std::regex regs(R"(Used ([0-9]+) registers)");
+  r.entries = int(std::distance(std::sregex_iterator(log.begin(), log.end(), entry), std::sregex_iterator()));
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), spill); it != std::sregex_iterator(); ++it)
+    r.spilling += std::stoi((*it)[1]) > 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), regs); it != std::sregex_iterator(); ++it)
+    r.max_registers = std::max(r.max_registers, std::stoi((*it)[1]));
+  return r;
+}
+
+/// compile_instantiations() split into chunks compiled in parallel (one per hardware thread, at most
+/// 16); the results are summed, the first failed record (if any) is kept.
+inline BatchCompile compile_instantiations_parallel(const std::string& source, const std::string& source_name,
+                                                    const std::vector<std::string>& instantiations,
+                                                    const std::string& arch) {
+  const std::size_t workers = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const std::size_t per = (instantiations.size() + workers - 1) / workers;
+  std::vector<std::future<BatchCompile>> parts;
+  for (std::size_t i = 0; i < instantiations.size(); i += per) {
+    std::vector<std::string> chunk(instantiations.begin() + std::ptrdiff_t(i),
+                                   instantiations.begin() + std::ptrdiff_t(std::min(i + per, instantiations.size())));
+    parts.push_back(std::async(std::launch::async, [&, chunk] { return compile_instantiations(source, source_name, chunk, arch); }));
+  }
+  BatchCompile all;
+  all.record.ok = true;
+  for (auto& f : parts) {
+    const BatchCompile r = f.get();
+    if (all.record.ok && !r.record.ok) all.record = r.record;
+    else if (all.record.ok) all.record.log += r.record.log;
+    all.entries += r.entries;
+    all.spilling += r.spilling;
+    all.max_registers = std::max(all.max_registers, r.max_registers);
+  }
+  return all;
+}
+
+}  // namespace flashtune::testing

@@ -1,0 +1,76 @@
+// tests/kernels/templates_compile_test.cpp (cpu, slow): every instantiation of the attn_naive softmax
+// kernel (storage type x block_threads x causal x window x learned sinks) and every config of
+// softmax_matmul's default space that can run (x dtype) compile with NVRTC for sm_80 and sm_90a without
+// spills. Instantiations are compiled explicitly, a few NVRTC calls in parallel per arch.
+#include <gtest/gtest.h>
+
+#include "harness/kernels/family.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
+
+namespace flashtune::kernels {
+namespace {
+
+TEST(TemplatesCompile, EveryAttnNaiveInstantiationForSm80AndSm90a) {
+  const KernelFamily* f = find_family("attn_naive");
+  ASSERT_NE(f, nullptr);
+  std::vector<std::int64_t> threads;
+  for (const auto& t : f->tunables())
+    if (t.name == "block_threads") threads = t.values;
+  ASSERT_FALSE(threads.empty());
+  std::vector<std::string> inst;
+  for (const char* t : {"float", "ft_half", "ft_bf16"})
+    for (std::int64_t n : threads)
+      for (int flags = 0; flags < 8; ++flags) {
+        auto b = [&](int bit) { return (flags >> bit) & 1 ? "true" : "false"; };
+        inst.push_back(std::string("template __global__ void attn_naive_softmax_kernel<") + t + ", " +
+                       std::to_string(n) + ", " + b(0) + ", " + b(1) + ", " + b(2) + ">(" + t +
+                       "*, float*, const float*, long long, int, int, int, int, int);");
+      }
+  const std::string source = testing::read_template(f->template_file());
+  for (const std::string arch : {"sm_80", "sm_90a"}) {
+    const auto r = testing::compile_instantiations_parallel(source, f->template_file(), inst, arch);
+    ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log;
+    EXPECT_EQ(r.entries, int(inst.size())) << arch;
+    EXPECT_EQ(r.spilling, 0) << arch << "\n" << r.record.log;
+    EXPECT_LE(r.max_registers, 64) << arch << ": a row-softmax kernel needs few registers";
+  }
+}
+
+TEST(TemplatesCompile, EverySoftmaxMatmulDefaultConfigForSm80AndSm90a) {
+  const KernelFamily* f = find_family("softmax_matmul");
+  ASSERT_NE(f, nullptr);
+  std::vector<core::Config> configs{core::Config{}};
+  for (const auto& t : f->tunables()) {
+    std::vector<core::Config> next;
+    for (const auto& c : configs)
+      for (std::int64_t v : t.values) {
+        core::Config n = c;
+        n.values[t.name] = v;
+        next.push_back(n);
+      }
+    configs = std::move(next);
+  }
+  const std::string source = testing::read_template(f->template_file());
+  for (const std::string arch : {"sm_80", "sm_90a"}) {
+    const auto limits = core::DeviceLimits::for_arch(arch);
+    std::vector<std::string> inst;
+    for (core::DType d : f->dtypes()) {
+      const core::Problem p{{{"batch", 16}, {"d1", 2048}, {"d2", 8192}, {"d3", 512}, {"x_range", 8}}, d};
+      for (const auto& c : configs) {
+        if (f->can_run(c, p, limits)) continue;
+        const std::string name = f->specialize(c, p).name_expression;  // softmax_matmul_kernel<T, ...>
+        const std::string t = name.substr(name.find('<') + 1, name.find(',') - name.find('<') - 1);
+        inst.push_back("template __global__ void " + name + "(const " + t + "*, const " + t + "*, " + t +
+                       "*, int, int, int);");
+      }
+    }
+    ASSERT_GE(inst.size(), 3u * 16u) << arch;
+    const auto r = testing::compile_instantiations_parallel(source, f->template_file(), inst, arch);
+    ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log;
+    EXPECT_EQ(r.entries, int(inst.size())) << arch;
+    EXPECT_EQ(r.spilling, 0) << arch << "\n" << r.record.log;
+  }
+}
+
+}  // namespace
+}  // namespace flashtune::kernels
