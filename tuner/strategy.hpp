@@ -44,12 +44,32 @@ class RandomSearch : public Exhaustive {
   RandomSearch(std::vector<core::Config> candidates, std::int64_t budget_trials, std::uint64_t seed);
 };
 
-/// Names make_strategy accepts, in the order shown to users.
+/// Names make_strategy accepts, in the order shown to users: exhaustive, random, annealing, genetic, bayes.
 std::vector<std::string> strategy_names();
+/// The strategies that learn from their measurements (tuner/learners.hpp): annealing, genetic, bayes.
+std::vector<std::string> learning_strategy_names();
+
+// One setting of a strategy besides name, budgets and seed, given in the experiment's strategy section
+// (`temperature: 0.3`) or to `flashtune replay --set temperature=0.3`.
+struct StrategyOption {
+  std::string name;
+  double fallback = 0;      ///< value when not given
+  double min = 0, max = 0;  ///< allowed range; bounds included unless min_open / max_open
+  bool min_open = false, max_open = false;
+  bool integer = false;     ///< only whole numbers
+  std::string doc;
+};
+/// The settings `strategy` takes (empty for exhaustive and random). Throws core::UserError for an
+/// unknown strategy (listing the known ones).
+std::vector<StrategyOption> strategy_options(const std::string& strategy);
+/// Why `value` is not allowed for setting `key` of `strategy` (an unknown key, out of range, not a
+/// whole number), as a message without the key's name; nullopt when it is allowed.
+std::optional<std::string> check_strategy_option(const std::string& strategy, const std::string& key, double value);
 
 /// The strategy `settings.name` over `candidates` (already pruned by the constraints), honouring
-/// settings.budget_trials and settings.seed. Throws core::UserError for an unknown name (listing the
-/// known ones) or a negative budget.
+/// settings.budget_trials, settings.seed and settings.options (defaults for the ones not given).
+/// Throws core::UserError for an unknown name (listing the known ones), a negative budget or a bad
+/// option (check_strategy_option).
 std::unique_ptr<Strategy> make_strategy(const core::StrategySettings& settings, std::vector<core::Config> candidates);
 
 // The best successful trial seen so far: status ok with a complete timing (not stopped early); the

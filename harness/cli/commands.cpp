@@ -42,6 +42,7 @@ commands:
   kernels [FAMILY]      list kernel families, their tunables and constraints
   query WHAT            runs | trials RUN | best | sql "SELECT ..." from the database
   export                best configs per problem and GPU, as JSON or CSV, for other projects
+  replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
 char** g_argv = nullptr;  // kept to start a fresh process after a sticky CUDA error
@@ -341,6 +342,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "kernels") return cmd_kernels(args);
     if (cmd == "query") return cmd_query(args);
     if (cmd == "export") return cmd_export(args);
+    if (cmd == "replay") return cmd_replay(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const po::error& e) {

@@ -163,6 +163,11 @@ struct StrategySettings {
   std::int64_t budget_trials = 0;  ///< 0: no limit
   double budget_seconds = 0;       ///< 0: no limit
   std::uint64_t seed = 1;
+  std::map<std::string, double> options;  ///< the strategy's own settings (tuner::strategy_options); absent: default
+  double early_exit = 0;     ///< k > 1: stop measuring a config once its median > k x the best so far; 0: off
+  int finalists = 3;         ///< re-measure the fastest this many interleaved before naming a winner; <= 1: off
+  int finalist_rounds = 5;   ///< rounds of the interleaved re-measurement (A B C, B C A, C A B, ...)
+  double tie_band = 0.01;    ///< finalists within this fraction (or their noise) of the fastest tie with it
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -239,13 +239,29 @@ core::ValidateSettings read_validate(const Ctx& ctx, const YAML::Node& node, con
 
 core::StrategySettings read_strategy(const Ctx& ctx, const YAML::Node& node, const std::string& path) {
   core::StrategySettings s;
-  MapReader r(ctx, node, path, {"name", "budget_trials", "budget_seconds", "seed"});
-  if (const Entry* e = r.get("name")) {
-    s.name = to_string_value(ctx, e->value, e->path);
-    const auto known = tuner::strategy_names();
-    if (std::find(known.begin(), known.end(), s.name) == known.end())
-      ctx.fail(e->value, e->path, "unknown strategy '" + s.name + "' (known: " + join(known) + ")");
-  }
+  std::vector<std::string> allowed{"name",       "budget_trials", "budget_seconds",  "seed",
+                                   "early_exit", "finalists",     "finalist_rounds", "tie_band"};
+  // The strategy's own settings join the allowed keys, so its name is read first.
+  const auto known = tuner::strategy_names();
+  if (node.IsMap())
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == "name") {
+        s.name = to_string_value(ctx, it->second, path + ".name");
+        if (std::find(known.begin(), known.end(), s.name) == known.end())
+          ctx.fail(it->second, path + ".name", "unknown strategy '" + s.name + "' (known: " + join(known) + ")");
+      }
+  const auto own = tuner::strategy_options(s.name);
+  for (const auto& o : own) allowed.push_back(o.name);
+  if (node.IsMap())
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!it->first.IsScalar() || std::find(allowed.begin(), allowed.end(), it->first.Scalar()) != allowed.end()) continue;
+      for (const auto& other : known)
+        for (const auto& o : tuner::strategy_options(other))
+          if (o.name == it->first.Scalar())
+            ctx.fail(it->first, path + "." + o.name, "a setting of strategy " + other + ", not of " + s.name +
+                                                          " (allowed: " + join(allowed) + ")");
+    }
+  MapReader r(ctx, node, path, allowed);
   if (const Entry* e = r.get("budget_trials")) {
     s.budget_trials = to_int(ctx, e->value, e->path);
     if (s.budget_trials < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 (0: no limit)", e->value));
@@ -255,6 +271,29 @@ core::StrategySettings read_strategy(const Ctx& ctx, const YAML::Node& node, con
     if (s.budget_seconds < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s] (0: no limit)", e->value));
   }
   if (const Entry* e = r.get("seed")) s.seed = to_uint(ctx, e->value, e->path);
+  if (const Entry* e = r.get("early_exit")) {
+    s.early_exit = to_double(ctx, e->value, e->path);
+    if (s.early_exit != 0 && !(s.early_exit > 1))
+      ctx.fail(e->value, e->path, got_msg("must be > 1 (a multiple of the best median so far) or 0 (off)", e->value));
+  }
+  if (const Entry* e = r.get("finalists")) {
+    s.finalists = to_int32(ctx, e->value, e->path);
+    if (s.finalists < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 (0 or 1: no re-measurement)", e->value));
+  }
+  if (const Entry* e = r.get("finalist_rounds")) {
+    s.finalist_rounds = to_int32(ctx, e->value, e->path);
+    if (s.finalist_rounds < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
+  }
+  if (const Entry* e = r.get("tie_band")) {
+    s.tie_band = to_double(ctx, e->value, e->path);
+    if (s.tie_band < 0 || s.tie_band >= 1) ctx.fail(e->value, e->path, got_msg("must be in [0, 1) (0.01 = 1 %)", e->value));
+  }
+  for (const auto& o : own)
+    if (const Entry* e = r.get(o.name)) {
+      const double v = to_double(ctx, e->value, e->path);
+      if (auto why = tuner::check_strategy_option(s.name, o.name, v)) ctx.fail(e->value, e->path, *why);
+      s.options[o.name] = v;
+    }
   return s;
 }
 

@@ -35,7 +35,12 @@
 //         - "block_threads * vec <= 4 * cols"  # variables: tunables, problem dims, dtype_bytes),
 //                                    #   added to the family's own; a config must satisfy all
 //       strategy: {name: exhaustive, budget_trials: 200, budget_seconds: 0, seed: 1}
-//                                    #   optional; names: exhaustive, random; budgets 0 = none
+//                                    #   optional; names: exhaustive, random, annealing, genetic,
+//                                    #   bayes; budgets 0 = none; each learning strategy takes its
+//                                    #   own settings (tuner::strategy_options, README), e.g.
+//                                    #   {name: bayes, initial: 3, xi: 0.01}; for every strategy:
+//                                    #   early_exit: 0 (k > 1: stop a measurement > k x the best),
+//                                    #   finalists: 3, finalist_rounds: 5, tie_band: 0.01
 //       measure: {max_samples: 100}  #   optional; overrides the top-level measure key by key
 #pragma once
 

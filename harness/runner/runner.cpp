@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <random>
 #include <regex>
 #include <set>
@@ -36,6 +37,7 @@
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
 #include "tuner/constraint.hpp"
+#include "tuner/finalists.hpp"
 #include "tuner/space.hpp"
 #include "tuner/strategy.hpp"
 
@@ -309,6 +311,8 @@ class ExperimentRun {
     ProblemData data;
     bool data_ready = false;
     std::optional<BestOfProblem> best;
+    tuner::TopConfigs top(study.strategy.finalists);  // candidates for the interleaved re-measurement
+    std::map<std::string, double> error_of;            // config key -> max abs error, for the winner's row
     std::size_t n = 0;
 
     while (!g_stop) {
@@ -335,6 +339,9 @@ class ExperimentRun {
         upload_inputs(data);
         data_ready = true;
       }
+      // Early exit: with k = strategy.early_exit, a measurement stops once its median passes k x the best.
+      m_early_exit.reset();
+      if (study.strategy.early_exit > 1 && best) m_early_exit = measure::EarlyExit{best->median_ms, study.strategy.early_exit};
       core::TrialResult result = run_trial(study, problem, *config, source, data);
       db::TrialRecord rec;
       rec.run_id = m_summary.run_id;
@@ -351,20 +358,129 @@ class ExperimentRun {
       ++m_summary.by_status[std::string(core::to_string(result.status))];
       strategy->observe(*config, result);
       say(progress + config->key() + ": " + describe(result));
-      if (result.status == TrialStatus::ok && (!best || result.timing->median_ms < best->median_ms)) {
+      top.offer(*config, result);
+      if (result.status == TrialStatus::ok && result.validation) error_of[config->key()] = result.validation->max_abs_err;
+      if (result.status == TrialStatus::ok && !result.timing->stopped_early && (!best || result.timing->median_ms < best->median_ms)) {
         best = BestOfProblem{family.name(), family.stage(), problem.key(), config->key(), m_summary.device_key,
                              result.timing->median_ms, result.gbps, result.tflops,
                              result.validation ? result.validation->max_abs_err : 0.0};
       }
       if (m_summary.poisoned) break;
     }
+    m_early_exit.reset();
+    if (best && m_gpu && !g_stop && !m_summary.poisoned && top.entries().size() > 1)
+      run_finalists(study, problem, source, data, top.configs(), error_of, *best);
     if (best) m_summary.best.push_back(*best);
+  }
+
+  // Finalists (tuner/finalists.hpp): the fastest few of the problem re-measured interleaved, round r
+  // starting at finalist r, so drift of the GPU hits them alike; a tie within the noise band is broken by
+  // the tuner's fixed rule and reported. Each slot is one measure() with 1/rounds of the study's time
+  // and samples. The trials in the store keep their search measurements; the winner is this run's best.
+  void run_finalists(const experiment::Study& study, const core::Problem& problem, const std::string& source,
+                     ProblemData& data, const std::vector<core::Config>& finalists,
+                     const std::map<std::string, double>& error_of, BestOfProblem& best) {
+    const auto& family = *study.kernel;
+    const int rounds = study.strategy.finalist_rounds;
+    struct Ready {
+      std::optional<cuda::Module> module;
+      PackedArgs args;
+      std::function<void(CUstream)> launch;
+    };
+    try {
+      std::vector<std::unique_ptr<Ready>> ready;  // stable addresses: each launch refers to its args
+      for (const auto& c : finalists) {
+        const auto compiled = m_compiler->compile(compile_request(family, c, problem, source));
+        if (!compiled.record.ok) throw core::Error("recompiling " + c.key() + " failed");
+        auto r = std::make_unique<Ready>();
+        r->module.emplace(compiled.cubin);
+        const CUfunction fn = r->module->function(compiled.record.lowered_name);
+        r->launch = make_launch(family, c, problem, family.launch_shape(c, problem, m_limits), fn, data, r->args);
+        ready.push_back(std::move(r));
+      }
+      core::MeasureSettings slot = study.measure;
+      slot.warmup = std::max(1, slot.warmup);  // the previous slot ran another kernel
+      slot.max_time_s /= rounds;
+      slot.min_time_s = std::min(slot.min_time_s / rounds, slot.max_time_s);
+      slot.min_samples = std::max(1, slot.min_samples / rounds);
+      slot.max_samples = std::max(slot.min_samples, slot.max_samples / rounds);
+      std::vector<std::vector<double>> samples(finalists.size());
+      for (int i : tuner::interleaved_order(int(finalists.size()), rounds)) {
+        const auto t = measure::measure(ready[std::size_t(i)]->launch, m_gpu->stream, slot,
+                                        study.measure.cold ? &m_gpu->flusher : nullptr);
+        samples[std::size_t(i)].insert(samples[std::size_t(i)].end(), t.samples_ms.begin(), t.samples_ms.end());
+      }
+      const auto v = tuner::name_winner(finalists, samples, study.strategy.tie_band);
+      std::string line = "   finalists, " + std::to_string(rounds) + " rounds interleaved:";
+      for (std::size_t i = 0; i < finalists.size(); ++i)
+        line += (i ? ";  " : "  ") + finalists[i].key() + " " + fmt(v.stats[i].median_ms * 1000, 2) + " us (IQR " +
+                fmt(v.stats[i].iqr_ms * 1000, 2) + ", " + std::to_string(v.stats[i].samples) + " samples)";
+      say(line);
+      const core::Config& w = finalists[v.winner];
+      if (v.tie()) {
+        std::string with;
+        for (std::size_t i : v.tied)
+          if (i != v.winner) with += (with.empty() ? "" : ", ") + finalists[i].key();
+        say("   tie: " + w.key() + " with " + with + " (within " + fmt(100 * study.strategy.tie_band, 1) +
+            " % or the noise); winner " + w.key() + " by the tie-break (smallest config values)");
+      } else {
+        say("   winner: " + w.key());
+      }
+      const double seconds = v.stats[v.winner].median_ms * 1e-3;
+      best.config = w.key();
+      best.median_ms = v.stats[v.winner].median_ms;
+      best.gbps = family.bytes_moved(problem) / seconds * 1e-9;
+      best.tflops = family.flops(problem) / seconds * 1e-12;
+      const auto err = error_of.find(w.key());
+      best.max_abs_err = err == error_of.end() ? 0.0 : err->second;
+    } catch (const cuda::CudaError& e) {
+      if (e.is_sticky()) m_summary.poisoned = true;
+      say(std::string("   finalists not re-measured: ") + e.what());
+    } catch (const core::Error& e) {
+      say(std::string("   finalists not re-measured: ") + e.what());
+    }
+  }
+
+  jit::CompileRequest compile_request(const kernels::KernelFamily& family, const core::Config& config,
+                                      const core::Problem& problem, const std::string& source) const {
+    const auto spec = family.specialize(config, problem);
+    jit::CompileRequest req;
+    req.source = source;
+    req.source_name = family.template_file();
+    req.name_expression = spec.name_expression;
+    req.defines = spec.defines;
+    req.arch = m_limits.arch;
+    req.headers = m_headers;
+    return req;
+  }
+
+  // One launch of a loaded kernel on the problem's buffers. `args` (filled here) must outlive the
+  // returned function, and so must `config` and `problem`.
+  std::function<void(CUstream)> make_launch(const kernels::KernelFamily& family, const core::Config& config,
+                                            const core::Problem& problem, const kernels::LaunchShape& shape,
+                                            CUfunction fn, const ProblemData& data, PackedArgs& args) const {
+    if (family.launches_itself()) {
+      kernels::LaunchEnv env;
+      env.function = fn;
+      env.shape = shape;
+      for (const auto& b : data.buffers) env.buffers.push_back(std::uint64_t(b.ptr()));
+      return [&family, env, &config, &problem](CUstream s) mutable {
+        env.stream = s;
+        family.launch(env, config, problem);
+      };
+    }
+    args = pack_args(family.arguments(config, problem), data);
+    return [fn, shape, &args](CUstream s) {
+      cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
+    };
   }
 
   std::string describe(const core::TrialResult& r) const {
     std::string s(core::to_string(r.status));
     if (r.status == TrialStatus::ok && r.timing) {
       s += "  " + fmt(r.timing->median_ms * 1000, 2) + " us  " + fmt(r.gbps, 0) + " GB/s";
+      if (r.timing->stopped_early && m_early_exit)
+        s += "  stopped early (> " + fmt(m_early_exit->factor, 2) + " x the best, " + fmt(m_early_exit->incumbent_ms * 1000, 2) + " us)";
       if (m_summary.copy_gbps > 0) s += " (" + fmt(100 * r.gbps / m_summary.copy_gbps, 1) + "% of copy)";
       if (r.tflops >= 0.1) s += "  " + fmt(r.tflops, 1) + " TFLOP/s";
       if (r.validation) {
@@ -392,18 +508,10 @@ class ExperimentRun {
       r.status = TrialStatus::invalid_config, r.reason = *why;
       return r;
     }
-    const auto spec = family.specialize(config, problem);
     const auto shape = family.launch_shape(config, problem, m_limits);
-    jit::CompileRequest req;
-    req.source = source;
-    req.source_name = family.template_file();
-    req.name_expression = spec.name_expression;
-    req.defines = spec.defines;
-    req.arch = m_limits.arch;
-    req.headers = m_headers;
     jit::CompileOutput compiled;
     try {
-      compiled = m_compiler->compile(req);
+      compiled = m_compiler->compile(compile_request(family, config, problem, source));
     } catch (const std::exception& e) {
       r.status = TrialStatus::compile_failed, r.reason = e.what();
       return r;
@@ -451,23 +559,8 @@ class ExperimentRun {
     }
     r.device_bytes = data.device_bytes();
     CUstream stream = m_gpu->stream.get();
-    std::function<void(CUstream)> launch;
     PackedArgs args;
-    if (family.launches_itself()) {
-      kernels::LaunchEnv env;
-      env.function = fn;
-      env.shape = shape;
-      for (const auto& b : data.buffers) env.buffers.push_back(std::uint64_t(b.ptr()));
-      launch = [&family, env, &config, &problem](CUstream s) mutable {
-        env.stream = s;
-        family.launch(env, config, problem);
-      };
-    } else {
-      args = pack_args(family.arguments(config, problem), data);
-      launch = [&](CUstream s) {
-        cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
-      };
-    }
+    const std::function<void(CUstream)> launch = make_launch(family, config, problem, shape, fn, data, args);
 
     if (m_exp.validate.enabled) {
       for (std::size_t i = 0; i < data.specs.size(); ++i)
@@ -502,7 +595,7 @@ class ExperimentRun {
       }
     }
     r.timing = measure::measure(launch, m_gpu->stream, study.measure,
-                                study.measure.cold ? &m_gpu->flusher : nullptr);
+                                study.measure.cold ? &m_gpu->flusher : nullptr, m_early_exit);
     const double seconds = r.timing->median_ms * 1e-3;
     r.gbps = family.bytes_moved(problem) / seconds * 1e-9;
     r.tflops = family.flops(problem) / seconds * 1e-12;
@@ -517,6 +610,7 @@ class ExperimentRun {
   std::optional<jit::Compiler> m_compiler;
   std::vector<jit::TemplateFile> m_headers;
   db::Store* m_store = nullptr;
+  std::optional<measure::EarlyExit> m_early_exit;  // for the trial in flight; nullopt: measure to the end
 };
 
 }  // namespace

@@ -301,9 +301,41 @@ TEST(ExperimentErrors, MeasureRanges) {
 }
 
 TEST(ExperimentErrors, Strategy) {
-  expect_error(replace_line(kGood, 16, "    strategy: {name: annealing}"), 16, "studies[0].strategy.name",
-               "unknown strategy 'annealing' (known: exhaustive, random)");
+  expect_error(replace_line(kGood, 16, "    strategy: {name: anealing}"), 16, "studies[0].strategy.name",
+               "unknown strategy 'anealing' (known: exhaustive, random, annealing, genetic, bayes)");
   expect_error(replace_line(kGood, 16, "    strategy: {budget_trials: -3}"), 16, "studies[0].strategy.budget_trials", ">= 0");
+  // Each strategy's own settings: checked against its ranges, and only allowed for that strategy.
+  expect_error(replace_line(kGood, 16, "    strategy: {name: annealing, cooling: 1.5}"), 16,
+               "studies[0].strategy.cooling", "must be in (0, 1], got 1.5");
+  expect_error(replace_line(kGood, 16, "    strategy: {name: genetic, population: 7.5}"), 16,
+               "studies[0].strategy.population", "must be a whole number");
+  expect_error(replace_line(kGood, 16, "    strategy: {name: bayes, xi: lots}"), 16, "studies[0].strategy.xi",
+               "expected a number");
+  expect_error(replace_line(kGood, 16, "    strategy: {name: random, population: 8}"), 16,
+               "studies[0].strategy.population", "a setting of strategy genetic, not of random");
+  expect_error(replace_line(kGood, 16, "    strategy: {name: bayes, temperatur: 1}"), 16,
+               "studies[0].strategy.temperatur", "unknown key (allowed: name, budget_trials");
+  expect_error(replace_line(kGood, 16, "    strategy: {early_exit: 0.5}"), 16, "studies[0].strategy.early_exit", "must be > 1");
+  expect_error(replace_line(kGood, 16, "    strategy: {finalist_rounds: 0}"), 16, "studies[0].strategy.finalist_rounds", ">= 1");
+  expect_error(replace_line(kGood, 16, "    strategy: {tie_band: 1}"), 16, "studies[0].strategy.tie_band", "[0, 1)");
+}
+
+TEST(Experiment, StrategySettingsAreRead) {
+  const auto ex = parse(replace_line(kGood, 16,
+                                     "    strategy: {name: annealing, temperature: 0.5, restart: 4, seed: 3, early_exit: 2,"
+                                     " finalists: 4, finalist_rounds: 7, tie_band: 0.02}"));
+  const auto& s = ex.studies[0].strategy;
+  EXPECT_EQ(s.name, "annealing");
+  EXPECT_EQ(s.options, (std::map<std::string, double>{{"temperature", 0.5}, {"restart", 4}}));
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_DOUBLE_EQ(s.early_exit, 2);
+  EXPECT_EQ(s.finalists, 4);
+  EXPECT_EQ(s.finalist_rounds, 7);
+  EXPECT_DOUBLE_EQ(s.tie_band, 0.02);
+  const auto& d = ex.studies[1].strategy;  // defaults
+  EXPECT_TRUE(d.options.empty());
+  EXPECT_DOUBLE_EQ(d.early_exit, 0);
+  EXPECT_EQ(d.finalists, 3);
 }
 
 TEST(ExperimentErrors, Constraints) {

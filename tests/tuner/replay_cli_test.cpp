@@ -1,0 +1,173 @@
+// tests/tuner/replay_cli_test.cpp: `flashtune replay` end to end: against a database holding a
+// recorded exhaustive run (written here through the store, with failures, a compile-only run and a
+// second problem), on synthetic surfaces, reproducible output, and one-line errors for bad arguments.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "db/store.hpp"
+
+namespace fs = std::filesystem;
+namespace ft = flashtune;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+Result run_flashtune(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  Result r{-1, {}};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+struct Temp {
+  fs::path dir = fs::temp_directory_path() / ("ft_replay_cli_" + std::to_string(::getpid()));
+  Temp() { fs::create_directories(dir); }
+  ~Temp() { std::error_code ec; fs::remove_all(dir, ec); }
+};
+
+// A recorded exhaustive run of a 6 x 6 space on one problem: time (1 + 0.1 (x-3)^2)(1 + 0.05 (y-2)^2)
+// [ms], optimum 1.0 at x=3, y=2; x = 5 fails to compile. A second problem (times doubled) and a
+// compile-only run (no times) share the database.
+void record_runs(const fs::path& db) {
+  ft::db::Store store(db);
+  ft::db::RunInfo info;
+  info.experiment_name = "fake_exhaustive";
+  info.device_key = "FakeGPU";
+  const std::int64_t run = store.begin_run(info);
+  for (int prob = 0; prob < 2; ++prob)
+    for (int x = 0; x < 6; ++x)
+      for (int y = 0; y < 6; ++y) {
+        ft::db::TrialRecord t;
+        t.run_id = run;
+        t.experiment_name = "fake_exhaustive";
+        t.family = "fake";
+        t.stage = "forward";
+        t.problem.dims = {{"n", prob ? 2048 : 1024}};
+        t.config.values = {{"x", x}, {"y", y}};
+        t.source_hash = "abc";
+        t.device_key = "FakeGPU";
+        if (x == 5) {
+          t.result.status = ft::core::TrialStatus::compile_failed;
+          t.result.reason = "planted";
+        } else {
+          t.result.status = ft::core::TrialStatus::ok;
+          t.result.timing = ft::core::Timing{};
+          t.result.timing->median_ms = (prob ? 2.0 : 1.0) * (1 + 0.1 * (x - 3) * (x - 3)) * (1 + 0.05 * (y - 2) * (y - 2));
+          t.result.timing->samples_ms = {t.result.timing->median_ms};
+        }
+        store.record_trial(t);
+      }
+  store.finish_run(run, "finished");
+  info.compile_only = true;
+  const std::int64_t co = store.begin_run(info);
+  ft::db::TrialRecord t;
+  t.run_id = co;
+  t.experiment_name = "fake_exhaustive";
+  t.family = "fake";
+  t.stage = "forward";
+  t.problem.dims = {{"n", 4096}};
+  t.config.values = {{"x", 0}, {"y", 0}};
+  t.source_hash = "abc";
+  t.device_key = "compile-only:sm_90a";
+  t.result.status = ft::core::TrialStatus::compiled;
+  store.record_trial(t);
+  store.finish_run(co, "finished");
+}
+
+}  // namespace
+
+TEST(ReplayCli, ReplaysARecordedRunPerProblemAndIsReproducible) {
+  Temp t;
+  const fs::path db = t.dir / "r.sqlite";
+  record_runs(db);
+  const std::string args = "replay --db " + db.string() + " --run 1 --seeds 5 --strategy all --format json";
+  const auto a = run_flashtune(args, false);
+  ASSERT_EQ(a.status, 0) << a.out;
+  const auto rows = nlohmann::json::parse(a.out);
+  ASSERT_EQ(rows.size(), 2u * 5u);  // two problems x five strategies
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["configs"], 36);
+    EXPECT_EQ(row["valid"], 30);
+    EXPECT_EQ(row["budget"], 7);  // floor(0.2 * 36)
+    const double opt = row["optimum_ms"].template get<double>();
+    EXPECT_TRUE(opt == 1.0 || opt == 2.0) << row.dump();
+    EXPECT_NE(row["surface"].template get<std::string>().find("fake/forward"), std::string::npos);
+  }
+  EXPECT_EQ(run_flashtune(args, false).out, a.out) << "same seeds, same numbers";
+  const auto other = run_flashtune("replay --db " + db.string() + " --run 1 --seeds 5 --seed 9 --strategy all --format json", false);
+  EXPECT_NE(other.out, a.out);
+
+  // By experiment and problem: one surface; exhaustive's evaluations are the optimum's position
+  // (x=3, y=2 is config 3 * 6 + 2 + 1 = 21st in key order).
+  const auto one = run_flashtune("replay --db " + db.string() + " --experiment fake_exhaustive --problem n=1024,dtype=f32 "
+                             "--strategy exhaustive --seeds 2 --format csv", false);
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_NE(one.out.find(",exhaustive,2,36,30,7,1.00000,"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find(",21.0,"), std::string::npos) << one.out;
+}
+
+TEST(ReplayCli, SyntheticSurfacesAndTheBar) {
+  const auto r = run_flashtune("replay --synthetic attn_fwd_wide_d128 --strategy random,bayes --bar");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("bar attn_fwd_wide_d128: bayes reaches within 3.0 %"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  // Random search alone cannot pass: the bar needs a learning strategy.
+  const auto rnd = run_flashtune("replay --synthetic attn_fwd_d64 --strategy random --bar");
+  EXPECT_EQ(rnd.status, 1) << rnd.out;
+  EXPECT_NE(rnd.out.find("FAIL"), std::string::npos) << rnd.out;
+  // Too few seeds for the bar.
+  const auto few = run_flashtune("replay --synthetic attn_fwd_wide_d64 --strategy bayes --seeds 3 --bar");
+  EXPECT_EQ(few.status, 1) << few.out;
+  EXPECT_NE(few.out.find("3 seeds < 20"), std::string::npos) << few.out;
+}
+
+TEST(ReplayCli, BadArgumentsGetOneLineAndStatusTwo) {
+  Temp t;
+  const std::string missing = (t.dir / "none.sqlite").string();
+  struct Case {
+    std::string args, text;
+  } cases[] = {
+      {"replay --db " + missing + " --run 1", "does not exist"},
+      {"replay --synthetic nope", "unknown synthetic surface 'nope'"},
+      {"replay --synthetic attn_fwd_d64 --strategy anneal", "unknown strategy 'anneal'"},
+      {"replay --synthetic attn_fwd_d64 --set cooling=2", "must be in (0, 1]"},
+      {"replay --synthetic attn_fwd_d64 --set bogus=1", "no replayed strategy has a setting 'bogus'"},
+      {"replay --synthetic attn_fwd_d64 --set genetic.population=x", "is not a number"},
+      {"replay --synthetic attn_fwd_d64 --run 3", "one of --run, --experiment and --synthetic"},
+      {"replay --synthetic attn_fwd_d64 --budget 1.5", "--budget must be in (0, 1]"},
+      {"replay --synthetic attn_fwd_d64 --seeds 0", "--seeds must be >= 1"},
+      {"replay --synthetic attn_fwd_d64 --format xml", "xml"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_flashtune(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.text), std::string::npos) << c.args << "\n" << r.out;
+  }
+  Temp u;
+  const fs::path db = u.dir / "co.sqlite";
+  record_runs(db);
+  const auto co = run_flashtune("replay --db " + db.string() + " --run 2");
+  EXPECT_EQ(co.status, 2) << co.out;
+  EXPECT_NE(co.out.find("no measured trials"), std::string::npos) << co.out;
+  const auto help = run_flashtune("replay --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("examples:"), std::string::npos);
+  EXPECT_NE(help.out.find("bayes.xi"), std::string::npos);
+}
