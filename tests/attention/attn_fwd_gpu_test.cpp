@@ -50,17 +50,8 @@ TEST(AttnFwdGpu, PlantedMaskBugIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
-  fs::create_directories(tdir);
-  for (const auto& name : jit::embedded_template_names()) {
-    std::string text = jit::load_template(name, std::nullopt);
-    if (name == "attn_fwd.cuh") {
-      const std::string needle = "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);";
-      const auto at = text.find(needle);
-      ASSERT_NE(at, std::string::npos) << "the planted bug's anchor moved";
-      text.replace(at, needle.size(), "const bool need_mask = n0 + kBlockN > seq_k;");
-    }
-    std::ofstream(tdir / name) << text;
-  }
+  ASSERT_TRUE(plant_bug(tdir, "attn_fwd.cuh", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);", "const bool need_mask = n0 + kBlockN > seq_k;"))
+      << "the planted bug's anchor moved";
   const auto exp = experiment::parse_experiment(R"(
 name: attn_fwd_planted
 measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}

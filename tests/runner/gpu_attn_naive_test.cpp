@@ -81,17 +81,8 @@ TEST(GpuAttnNaive, PlantedMaskBugIsCaughtByTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
-  fs::create_directories(tdir);
-  for (const auto& name : jit::embedded_template_names()) {
-    std::string text = jit::load_template(name, std::nullopt);
-    if (name == "attn_naive.cuh") {
-      const std::string from = "FtAttnMask<kCausal, kWindow> mask(";
-      const auto at = text.find(from);
-      ASSERT_NE(at, std::string::npos) << "attn_naive.cuh no longer builds its mask this way: update the test";
-      text.replace(at, from.size(), "FtAttnMask<false, false> mask(");
-    }
-    std::ofstream(tdir / name) << text;
-  }
+  ASSERT_TRUE(plant_bug(tdir, "attn_naive.cuh", "FtAttnMask<kCausal, kWindow> mask(", "FtAttnMask<false, false> mask("))
+      << "attn_naive.cuh no longer builds its mask this way: update the test";
   const auto exp = experiment::parse_experiment(R"(
 name: gpu_attn_naive_planted
 measure: {mode: hot, warmup: 1, min_samples: 3, max_samples: 3, max_time_s: 0.1}

@@ -48,17 +48,8 @@ TEST(GpuSoftmaxMatmul, PlantedMissingRescaleIsCaughtByTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
-  fs::create_directories(tdir);
-  for (const auto& name : jit::embedded_template_names()) {
-    std::string text = jit::load_template(name, std::nullopt);
-    if (name == "softmax_matmul.cuh") {
-      const std::string from = "acc[i][j] *= alpha;";
-      const auto at = text.find(from);
-      ASSERT_NE(at, std::string::npos) << "softmax_matmul.cuh no longer rescales this way: update the test";
-      text.replace(at, from.size(), "acc[i][j] *= 1.0f;");
-    }
-    std::ofstream(tdir / name) << text;
-  }
+  ASSERT_TRUE(plant_bug(tdir, "softmax_matmul.cuh", "acc[i][j] *= alpha;", "acc[i][j] *= 1.0f;"))
+      << "softmax_matmul.cuh no longer rescales this way: update the test";
   const auto exp = experiment::parse_experiment(R"(
 name: gpu_softmax_matmul_planted
 measure: {mode: hot, warmup: 1, min_samples: 3, max_samples: 3, max_time_s: 0.1}

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "db/store.hpp"
 #include "harness/cuda/device.hpp"
 #include "harness/cuda/driver.hpp"
+#include "harness/jit/template_store.hpp"
 #include "harness/runner/runner.hpp"
 
 namespace flashtune::testing {
@@ -33,6 +35,23 @@ inline runner::RunOptions quiet_options(const fs::path& db, bool compile_only) {
   o.compile_only = compile_only;
   o.print = [](const std::string&) {};
   return o;
+}
+
+/// Writes every embedded template into `dir`, with the first `from` in `file` replaced by `to`: a planted
+/// bug for a run with RunOptions::templates = dir. false when `from` is not in `file` (the anchor moved).
+inline bool plant_bug(const fs::path& dir, const std::string& file, const std::string& from, const std::string& to) {
+  fs::create_directories(dir);
+  bool found = false;
+  for (const auto& name : jit::embedded_template_names()) {
+    std::string text = jit::load_template(name, std::nullopt);
+    if (name == file) {
+      const auto at = text.find(from);
+      found = at != std::string::npos;
+      if (found) text.replace(at, from.size(), to);
+    }
+    std::ofstream(dir / name) << text;
+  }
+  return found;
 }
 
 inline bool have_gpu() {
