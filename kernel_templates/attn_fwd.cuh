@@ -327,4 +327,5 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
 }
 
-#include "attn_fwd_f32.cuh"  // fp32: exact FFMA and TF32 variants
+#include "attn_fwd_f32.cuh"   // fp32: exact FFMA and TF32 variants
+#include "attn_fwd_sm90.cuh"  // fp16 / bf16 on Hopper warpgroup MMA (mma = 90)

@@ -28,7 +28,9 @@ for t in "$bin"/*_test; do
   if [ -n "${FT_GPU_TESTS:-}" ]; then  # only these test binaries (names separated by spaces)
     case " $FT_GPU_TESTS " in *" $name "*) ;; *) continue ;; esac
   fi
-  if "$t" --gtest_brief=1 >"$out/$name.log" 2>&1; then
+  # Line-buffered, so that a call cut off mid-test still leaves the log of what ran; each binary under a
+  # time limit (FT_GPU_TEST_TIMEOUT seconds, default 400) so that one hang does not eat the call.
+  if timeout "${FT_GPU_TEST_TIMEOUT:-400}" stdbuf -oL -eL "$t" ${FT_GPU_GTEST_ARGS:-} >"$out/$name.log" 2>&1; then
     echo "PASS $name: $(grep -E '^\[  PASSED  \]' "$out/$name.log" | head -1) $(grep -E 'SKIPPED' "$out/$name.log" | head -1)"
   else
     fails=$((fails + 1)); echo "FAIL $name"; tail -40 "$out/$name.log"

@@ -284,6 +284,15 @@ CompileOutput Compiler::compile(const CompileRequest& req) const {
   rec.options = join(options);
   rec.name_expression = req.name_expression;
   rec.cache_key = cache_key_for(req, options, headers);
+  if (!m_cache_dir) {
+    std::lock_guard<std::mutex> lock(m_memo->mutex);
+    if (const auto it = m_memo->entries.find(rec.cache_key); it != m_memo->entries.end()) {
+      out = it->second;
+      out.record.cache_hit = true;
+      out.record.compile_ms = 0;
+      return out;
+    }
+  }
   if (m_cache_dir && read_cache(*m_cache_dir, out)) return out;
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -342,6 +351,11 @@ CompileOutput Compiler::compile(const CompileRequest& req) const {
   rec.cubin_bytes = out.cubin.size();
   rec.resources = parse_ptxas_report(rec.log, rec.lowered_name);
   if (m_cache_dir) write_cache(*m_cache_dir, out);
+  if (rec.ok && !m_cache_dir) {
+    std::lock_guard<std::mutex> lock(m_memo->mutex);
+    if (m_memo->bytes + out.cubin.size() <= kMemoBytes && m_memo->entries.emplace(rec.cache_key, out).second)
+      m_memo->bytes += out.cubin.size();
+  }
   return out;
 }
 

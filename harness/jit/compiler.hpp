@@ -3,7 +3,11 @@
 // a GPU or driver (compiling for sm_90a on a laptop works). A compile error is a result, never an exception.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +47,9 @@ struct CompileOutput {
 
 class Compiler {
  public:
-  /// `cache_dir`: where CUBINs are kept between runs (created on first write); nullopt: no cache.
+  /// `cache_dir`: where CUBINs are kept between runs (created on first write). nullopt: no cache on disk;
+  /// the compiler then remembers its own successful compiles in memory (up to kMemoBytes of CUBIN), so
+  /// that a run meeting the same specialization on many problems still compiles it once.
   explicit Compiler(std::optional<std::filesystem::path> cache_dir = std::nullopt);
 
   /// Compiles `req`. Options: --gpu-architecture=<arch> -std=c++17 -lineinfo --ptxas-options=-v,
@@ -62,7 +68,15 @@ class Compiler {
   const std::optional<std::filesystem::path>& cache_dir() const noexcept { return m_cache_dir; }
 
  private:
+  static constexpr std::size_t kMemoBytes = std::size_t(256) << 20;
+
   std::optional<std::filesystem::path> m_cache_dir;
+  struct Memo {
+    std::mutex mutex;
+    std::map<std::string, CompileOutput> entries;  // by cache key
+    std::size_t bytes = 0;
+  };
+  std::shared_ptr<Memo> m_memo = std::make_shared<Memo>();
 };
 
 /// $FLASHTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flashtune, else $HOME/.cache/flashtune; nullopt when none

@@ -1,6 +1,7 @@
 // harness/kernels/attn_fwd.cpp: the attn_fwd family, FlashAttention-2 style fused attention forward
-// (kernel_templates/attn_fwd.cuh). fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async
-// pipeline of num_stages K/V tiles); fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.hpp).
+// (kernel_templates/attn_fwd.cuh). fp16 / bf16 on tensor cores: mma = 80, mma.sync m16n8k16 with ldmatrix
+// and a cp.async pipeline of num_stages K/V tiles (sm_80+); mma = 90, Hopper warpgroup MMA (wgmma, sm_90a;
+// attn_fwd_sm90.cuh). fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.hpp).
 // Causal, sliding window, sink tokens and learned sinks are compile-time switches; GQA is a head map.
 #include <cmath>
 
@@ -12,6 +13,12 @@ namespace flashtune::kernels {
 namespace {
 
 const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
+
+// The config's tensor-core generation; 80 when the config predates the tunable.
+std::int64_t mma_of(const core::Config& c) {
+  const auto it = c.values.find("mma");
+  return it == c.values.end() ? 80 : it->second;
+}
 
 class AttnFwd final : public attn::AttentionFamily {
  public:
@@ -29,16 +36,26 @@ class AttnFwd final : public attn::AttentionFamily {
         {"block_n", {16, 32, 64, 128}, "keys per K/V tile"},
         {"num_warps", {1, 2, 4, 8}, "warps per block (fp16/bf16: each owns block_m / num_warps query rows)"},
         {"num_stages", {1, 2, 3}, "K/V tiles in flight (cp.async pipeline depth)"},
+        {"mma", {80, 90},
+         "fp16/bf16 tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a "
+         "warpgroup of 4 warps per 64 query rows, block_n 64 or 128, head_dim a multiple of 64)"},
     };
   }
-  // Each warp owns one or two 16-row MMA tiles of the query block.
+  // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:
+  // 64 rows per warpgroup, S = Q K^T one m64nNk16 chain with N = block_n, rows of 128-byte slabs).
   std::vector<std::string> constraints() const override {
-    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2"};
+    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
+            "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 64 || block_n == 128) && "
+            "head_dim % 64 == 0)"};
   }
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
-    if (p.dtype == core::DType::f32) return attn_f32::can_run(c, p, d);
+    const std::int64_t mma = mma_of(c);
+    if (p.dtype == core::DType::f32)
+      return mma == 80 ? attn_f32::can_run(c, p, d)
+                       : std::optional<std::string>("mma 90 (wgmma) is the fp16/bf16 kernel; fp32 uses mma 80");
+    if (mma == 90) return wgmma_can_run(c, p, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
     const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
     if (bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
@@ -63,6 +80,12 @@ class AttnFwd final : public attn::AttentionFamily {
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
     if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}};
     const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
+    if (mma_of(c) == 90)
+      return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
+                  std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
+                  std::to_string(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
+                  bool_arg(p.get("window", 0) > 0) + ", " + bool_arg(p.get("learned_sinks", 0)) + ">",
+              {}};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                 std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
                 std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +
@@ -77,8 +100,9 @@ class AttnFwd final : public attn::AttentionFamily {
     s.grid[1] = unsigned(p.at("heads_q"));
     s.grid[2] = unsigned(p.at("batch"));
     s.block[0] = unsigned(32 * c.at("num_warps"));
-    s.dynamic_smem_bytes =
-        p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p) : unsigned(mma_smem(c, p));
+    s.dynamic_smem_bytes = p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p)
+                           : mma_of(c) == 90           ? unsigned(wgmma_smem(c, p))
+                                                       : unsigned(mma_smem(c, p));
     return s;
   }
 
@@ -112,6 +136,30 @@ class AttnFwd final : public attn::AttentionFamily {
   static std::int64_t mma_smem(const core::Config& c, const core::Problem& p) {
     return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * p.at("head_dim") *
            std::int64_t(core::dtype_size(p.dtype));
+  }
+  // The same tiles, plus 1 KiB to align them to the 1024-byte swizzle atoms wgmma reads.
+  static std::int64_t wgmma_smem(const core::Config& c, const core::Problem& p) { return mma_smem(c, p) + 1024; }
+
+  static std::optional<std::string> wgmma_can_run(const core::Config& c, const core::Problem& p,
+                                                  const core::DeviceLimits& d) {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
+    if (warps % 4 != 0 || bm != 16 * warps)
+      return "mma 90: block_m " + std::to_string(bm) + " must be 64 rows per warpgroup (16 x num_warps " +
+             std::to_string(warps) + ")";
+    if (bn != 64 && bn != 128) return "mma 90: block_n must be 64 or 128";
+    if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
+    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    const std::int64_t smem = wgmma_smem(c, p);
+    if (smem > d.max_shared_per_block_optin)
+      return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
+    // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8), ~30 others.
+    const std::int64_t regs = hd / 2 + bn / 2 + bn / 8 + 30;
+    if (regs > d.max_regs_per_thread)
+      return "about " + std::to_string(regs) + " registers per thread needed (limit " +
+             std::to_string(d.max_regs_per_thread) + ")";
+    return std::nullopt;
   }
 };
 

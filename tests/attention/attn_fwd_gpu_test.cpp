@@ -58,11 +58,58 @@ measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
-    space: {block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
+    space: {mma: 80, block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
 )", "attn_fwd_planted.yaml");
   auto opts = quiet_options(dir.path / "p.sqlite", false);
   opts.templates = tdir;
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   EXPECT_EQ(count(store, "status = 'incorrect'"), 1);
+}
+
+// The Hopper kernel (mma 90, wgmma): every variant, dtype and head dim 64 / 128 / 256 against the
+// reference. Needs an sm_90 GPU (wgmma exists nowhere else).
+TEST(AttnFwdGpu, WgmmaKernelMatchesTheReferenceOnEveryVariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (gpu_arch() != "sm_90a") GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << gpu_arch();
+  TempDir dir;
+  const auto exp =
+      experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_fwd_sm90_variants.yaml");
+  auto opts = quiet_options(dir.path / "w.sqlite", false);
+  runner::run_experiment(exp, opts);
+  db::Store store(opts.db_path);
+  // head_dim 256 with two warpgroups and two 128-key stages does not fit in shared memory: pruned.
+  EXPECT_EQ(count(store, "status = 'invalid_config'"), count(store, "status = 'invalid_config' AND reason LIKE 'shared memory%'"));
+  const auto bad = store.sql(
+      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id WHERE t.status NOT IN ('ok', 'invalid_config') LIMIT 20");
+  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
+  EXPECT_GE(count(store, "status = 'ok'"), 500);
+  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
+}
+
+// The same planted mask bug in the wgmma kernel is caught too.
+TEST(AttnFwdGpu, PlantedMaskBugInTheWgmmaKernelIsCaught) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (gpu_arch() != "sm_90a") GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << gpu_arch();
+  TempDir dir;
+  const fs::path tdir = dir.path / "templates";
+  ASSERT_TRUE(plant_bug(tdir, "attn_fwd_sm90.cuh",
+                        "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+                        "const bool need_mask = n0 + kBlockN > seq_k;"))
+      << "the planted bug's anchor moved";
+  const auto exp = experiment::parse_experiment(R"(
+name: attn_fwd_sm90_planted
+measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
+studies:
+  - family: attn_fwd
+    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
+    space: {mma: [80, 90], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
+)", "attn_fwd_sm90_planted.yaml");
+  auto opts = quiet_options(dir.path / "p.sqlite", false);
+  opts.templates = tdir;
+  runner::run_experiment(exp, opts);
+  db::Store store(opts.db_path);
+  EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
+  EXPECT_EQ(count(store, "status = 'incorrect'"), 1);  // mma 90, planted
 }

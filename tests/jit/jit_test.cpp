@@ -133,6 +133,22 @@ TEST(JitCompiler, DefinesReachTheSource) {
   EXPECT_NE(out.record.options.find("-DFT_MUST_BE_SET=1"), std::string::npos);
 }
 
+// Without a cache on disk a compiler still compiles each specialization once per run (in memory).
+TEST(JitCompiler, WithoutACacheDirASecondCompileComesFromMemory) {
+  const jit::Compiler compiler;
+  jit::CompileRequest req = scale_request("sm_90a");
+  const auto first = compiler.compile(req);
+  ASSERT_TRUE(first.record.ok) << first.record.log;
+  EXPECT_FALSE(first.record.cache_hit);
+  const auto second = compiler.compile(req);
+  EXPECT_TRUE(second.record.cache_hit);
+  EXPECT_EQ(second.record.compile_ms, 0);
+  EXPECT_EQ(second.cubin, first.cubin);
+  req.defines = {"FT_UNUSED_KNOB=3"};
+  EXPECT_FALSE(compiler.compile(req).record.cache_hit);
+  EXPECT_FALSE(jit::Compiler().compile(scale_request("sm_90a")).record.cache_hit);  // a new compiler starts empty
+}
+
 TEST(JitCompiler, SecondCompileIsACacheHitAndAChangedDefineIsAMiss) {
   TempDir dir;
   const jit::Compiler compiler(dir.path() / "cache");

@@ -59,6 +59,9 @@ inline bool have_gpu() {
   return cuda::driver_available(&why) && cuda::device_count() > 0;
 }
 
+/// The NVRTC target of GPU 0 ("sm_90a" on Hopper); call only when have_gpu().
+inline std::string gpu_arch() { return cuda::query_device(0).arch; }
+
 inline std::int64_t count(const db::Store& s, const std::string& where) {
   const auto q = s.sql("SELECT count(*) FROM trials WHERE " + where);
   return std::stoll(q.rows.at(0).at(0));

@@ -1,0 +1,322 @@
+// kernel_templates/attn_fwd_sm90.cuh: the Hopper (sm_90a) kernel of the attn_fwd family, on warpgroup MMA.
+//
+// fp16 / bf16: attn_fwd_wgmma_kernel. One block per (64 x kWarpgroups query rows, query head, batch); each
+// warpgroup (4 warps) owns 64 query rows. K/V tiles of kBlockN keys stream through a cp.async pipeline of
+// kStages shared-memory buffers, stored in the 128-byte-swizzled layout wgmma reads (per 64 columns a
+// [rows][64] slab, 16-byte chunk c of row r at c ^ (r % 8)). S = Q K^T is one wgmma chain with Q and K read
+// from shared memory; P stays in registers and is the A operand of O += P V, V read N-major. Masking, tile
+// skipping and the online softmax in log2 are those of attn_fwd.cuh (attn_common.cuh). Chosen by the
+// tunable mma = 90; mma = 80 is the mma.sync kernel, which runs on every GPU since sm_80.
+#pragma once
+
+#include "attn_common.cuh"
+
+// ---------------------------------------------------------------------------------------------
+// wgmma wrappers (PTX ISA 8.0+, sm_90a).
+__device__ __forceinline__ void ft_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void ft_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void ft_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Shared memory written by ordinary stores (cp.async included) and read next by wgmma (the async proxy).
+__device__ __forceinline__ void ft_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Keeps the compiler from moving reads or writes of wgmma accumulators across the fence / wait.
+template <int kN>
+__device__ __forceinline__ void ft_fence_regs(float* r) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets.
+// K-major operands: stride = 1024 (8 rows of 128 bytes), leading unused (1). N-major: leading = bytes
+// between 64-column slabs, stride = 1024 (8 rows along K).
+__device__ __forceinline__ unsigned long long ft_wgmma_desc(unsigned addr, unsigned leading, unsigned stride) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((leading & 0x3FFFF) >> 4) << 16) |
+         ((unsigned long long)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// D (64 x kN, fp32 accumulators, kN / 2 per thread) (+)= A (64 x 16) * B (16 x kN). ss: A from shared
+// memory (K-major); rs: A from registers (the mma.sync m16n8k16 A layout, warp w holding rows 16w..16w+15).
+// kTransB = 1: B is N-major in shared memory. accumulate = 0 overwrites D.
+template <typename T, int kN>
+struct FtWgmma;
+template <>
+struct FtWgmma<ft_half, 64> {
+  template <int kTransB>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  template <int kTransB>
+  static __device__ __forceinline__ void rs(float* d, const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+};
+
+template <>
+struct FtWgmma<ft_bf16, 64> {
+  template <int kTransB>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  template <int kTransB>
+  static __device__ __forceinline__ void rs(float* d, const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+};
+
+template <>
+struct FtWgmma<ft_half, 128> {
+  template <int kTransB>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  template <int kTransB>
+  static __device__ __forceinline__ void rs(float* d, const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+};
+
+template <>
+struct FtWgmma<ft_bf16, 128> {
+  template <int kTransB>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+  template <int kTransB>
+  static __device__ __forceinline__ void rs(float* d, const unsigned (&a)[4], unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(kTransB));
+  }
+};
+
+// Issues the cp.async copies of rows [0, kRows) of a kRows x kHeadDim tile into the swizzled wgmma layout
+// (slab s = columns [64 s, 64 s + 64) at s * kRows * 128 bytes); rows at or past `valid` are zero-filled.
+template <int kRows, int kHeadDim, int kThreads, typename T>
+__device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, long long row_stride, int valid) {
+  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks };
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool in = r < valid;
+    const T* p = in ? src + r * row_stride + c * 8 : src;
+    const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+    ft_cp_async16(dst + off, p, in ? 16 : 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, bool kCausal, bool kWindow,
+          bool kLearnedSinks>
+__global__ void __launch_bounds__(kWarpgroups * 128, 1)
+    attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                          const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
+                          int heads_kv, int seq_q, int seq_k, int window, int sink_tokens, float scale_log2,
+                          long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                          long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
+                          long long o_sh, long long o_ss) {
+  static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
+  static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is one m64nNk16 chain, N = 64 or 128");
+  enum : int {
+    kThreads = kWarpgroups * 128,
+    kBlockM = 64 * kWarpgroups,
+    kNTiles = kBlockN / 8,              // 8-key accumulator tiles of S
+    kKSteps = kHeadDim / 16,            // k16 steps of Q K^T
+    kPSteps = kBlockN / 16,             // k16 steps of P V
+    kPvN = kHeadDim < 128 ? kHeadDim : 128,  // N of one P V instruction; kHeadDim / kPvN of them per step
+    kTileBytes = kBlockN * kHeadDim * 2,
+    kSlabK = kBlockN * 128,             // bytes between 64-column slabs of a K or V tile
+  };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const float kNegInf = __int_as_float(0xff800000);
+  const float kLn2 = 0.6931471805599453f;
+
+  extern __shared__ unsigned char ft_smem_sm90[];
+  const unsigned smem_q = (ft_smem_u32(ft_smem_sm90) + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
+  const unsigned smem_kv = smem_q + kBlockM * kHeadDim * 2;  // stage s: K at + 2s * kTileBytes, V after it
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4;
+  const int g = lane / 4, t4 = lane % 4;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int h_kv = h / (heads_q / heads_kv);
+  const int m0 = m_block * kBlockM;
+  const int m1 = min(m0 + kBlockM, seq_q);
+
+  const T* q_blk = q + b * q_sb + h * q_sh + m0 * q_ss;
+  const T* k_head = k + b * k_sb + h_kv * k_sh;
+  const T* v_head = v + b * v_sb + h_kv * v_sh;
+
+  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
+  const int n_tiles = tiles.count();
+
+  auto load_kv = [&](int i) {
+    const int n0 = tiles.tile(i) * kBlockN;
+    const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
+  };
+  ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(smem_q, q_blk, q_ss, m1 - m0);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_tiles) load_kv(i);
+    ft_cp_async_commit();
+  }
+
+  // This thread's rows: r0 = g and r0 + 8 of its warp's 16 inside the warpgroup's 64.
+  const int row0 = m0 + wg * 64 + (warp % 4) * 16 + g;
+  float acc[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.f;
+  float row_max[2], row_sum[2];
+  const float sink_log2 = kLearnedSinks ? sinks[h] * 1.4426950408889634f : kNegInf;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = kLearnedSinks ? sink_log2 / scale_log2 : kNegInf;
+    row_sum[r] = 0.f;
+  }
+  const unsigned q_wg = smem_q + unsigned(wg * 64 * 128);  // this warpgroup's 64 rows in every Q slab
+
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+    ft_cp_async_commit();
+    ft_cp_async_wait<kStages - 1>();
+    ft_fence_proxy_async();
+    __syncthreads();
+    const unsigned smem_k = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
+    const unsigned smem_v = smem_k + kTileBytes;
+    const int n0 = tiles.tile(i) * kBlockN;
+
+    // S = Q K^T (raw, unscaled), 64 x kBlockN per warpgroup.
+    float s[kBlockN / 2];
+    ft_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
+      const unsigned long long da = ft_wgmma_desc(q_wg + unsigned((ks / 4) * kBlockM * 128) + kofs, 16, 1024);
+      const unsigned long long db = ft_wgmma_desc(smem_k + unsigned((ks / 4) * kSlabK) + kofs, 16, 1024);
+      FtWgmma<T, kBlockN>::template ss<0>(s, da, db, ks > 0);
+    }
+    ft_wgmma_commit();
+    ft_wgmma_wait<0>();
+    ft_fence_regs<kBlockN / 2>(s);
+
+    // Mask (boundary tiles only), online softmax, P as the A operand of P V.
+    const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
+    unsigned pf[kPSteps][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      float mx = kNegInf;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt * 4 + 2 * r + e];
+          if (need_mask && !mask.visible(row, n0 + nt * 8 + 2 * t4 + e)) x = kNegInf;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx);
+      const float base = m_new == kNegInf ? 0.f : m_new * scale_log2;
+      const float alpha = ft_exp2(row_max[r] * scale_log2 - base);  // 0 while the row was empty
+      row_max[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[nt * 4 + 2 * r + e];
+          x = ft_exp2(fmaf(x, scale_log2, -base));
+          sum += x;
+        }
+      row_sum[r] = row_sum[r] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha, acc[dt * 4 + 2 * r + 1] *= alpha;
+    }
+#pragma unroll
+    for (int ps = 0; ps < kPSteps; ++ps) {
+      pf[ps][0] = FtMma<T>::pack(s[(2 * ps) * 4 + 0], s[(2 * ps) * 4 + 1]);
+      pf[ps][1] = FtMma<T>::pack(s[(2 * ps) * 4 + 2], s[(2 * ps) * 4 + 3]);
+      pf[ps][2] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 0], s[(2 * ps + 1) * 4 + 1]);
+      pf[ps][3] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 2], s[(2 * ps + 1) * 4 + 3]);
+    }
+
+    // O += P V: V (kBlockN keys x kHeadDim) is N-major; 16 keys = two 8-row groups = 2048 bytes.
+    ft_fence_regs<kHeadDim / 2>(acc);
+    ft_wgmma_fence();
+#pragma unroll
+    for (int ps = 0; ps < kPSteps; ++ps)
+#pragma unroll
+      for (int nc = 0; nc < kHeadDim / kPvN; ++nc) {
+        const unsigned long long db =
+            ft_wgmma_desc(smem_v + unsigned(ps * 2048 + nc * (kPvN / 64) * kSlabK), kSlabK, 1024);
+        FtWgmma<T, kPvN>::template rs<1>(acc + nc * (kPvN / 2), pf[ps], db, 1);
+      }
+    ft_wgmma_commit();
+    ft_wgmma_wait<0>();
+    ft_fence_regs<kHeadDim / 2>(acc);
+    __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+  }
+  ft_cp_async_wait<0>();
+
+  // Epilogue: O = acc / l, LSE = (m * scale_log2 + log2 l) ln 2; a learned sink adds exp2(s_h - m) to l.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(kFullMask, l, 1);
+    l += __shfl_xor_sync(kFullMask, l, 2);
+    const float m = row_max[r];
+    const float base = m == kNegInf ? 0.f : m * scale_log2;
+    if (kLearnedSinks) l += ft_exp2(sink_log2 - base);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = row0 + 8 * r;
+    if (row < seq_q) {
+      T* o_row = o + b * o_sb + h * o_sh + row * o_ss;
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+        const unsigned packed = FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+        *reinterpret_cast<unsigned*>(o_row + dt * 8 + 2 * t4) = packed;
+      }
+      if (t4 == 0)
+        lse[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
+    }
+  }
+#else
+  __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
+#endif
+}
