@@ -12,5 +12,9 @@ std::unique_ptr<KernelFamily> make_softmax_family();           ///< softmax.cpp
 std::unique_ptr<KernelFamily> make_attn_fwd_family();          ///< attn_fwd.cpp
 std::unique_ptr<KernelFamily> make_attn_naive_family();        ///< attn_naive.cpp
 std::unique_ptr<KernelFamily> make_softmax_matmul_family();    ///< softmax_matmul.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family();  ///< attn_bwd.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family();        ///< attn_bwd.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_dq_family();          ///< attn_bwd.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family();       ///< attn_bwd.cpp
 
 }  // namespace flashtune::kernels

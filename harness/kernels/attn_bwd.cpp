@@ -1,0 +1,457 @@
+// harness/kernels/attn_bwd.cpp: the attention backward families (kernel_templates/attn_bwd.cuh), one per
+// stage so that each is tuned on its own: attn_bwd_preprocess (D = rowsum(dO * O)), attn_bwd_dkdv,
+// attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient). fp16 / bf16 on tensor cores; every mask
+// variant of the forward (causal, GQA / MQA, window, sink tokens; learned sinks enter through LSE and dsink).
+#include <algorithm>
+#include <cmath>
+
+#include "harness/kernels/attention.hpp"
+#include "harness/kernels/attn_bwd.hpp"
+#include "harness/kernels/builtin.hpp"
+#include "reference/attention_bwd.hpp"
+#include "reference/dtype.hpp"
+
+namespace flashtune::kernels {
+namespace {
+
+using namespace attn_bwd;
+
+const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
+std::string n(std::int64_t v) { return std::to_string(v); }
+std::string type_arg(const core::Problem& p) { return p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16"; }
+
+// What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16 /
+// bf16 only, head dims 16..128, byte counts from the buffers.
+//
+// Inputs that come from earlier stages are drawn at random, in ranges a real backward sees:
+//   LSE in [L, L + 0.5], L = log(seq_k) (Q, K in [-1, 1] give |S| ~ 1/3, so rows of P sum to about 1), and
+//       for the dsink stage L = max(log(seq_k), sink_bias + 1) with learned sinks (exp(s_h - LSE) <= 1, as
+//       LSE >= s_h holds for a real forward);
+//   O, dO in [-1, 1]; D in [-1, 1].
+// They need not be consistent with Q, K, V (the formulas hold for any O and LSE); the reference gets an O
+// whose rowsum(dO * O) is exactly the D input. The end-to-end test (tests/attention/attn_bwd_gpu_test.cpp)
+// feeds the real forward's O and LSE.
+class AttnBwdBase : public attn::AttentionFamily {
+ public:
+  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16}; }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    if (auto why = AttentionFamily::check_problem(p)) return why;
+    if (p.dtype == core::DType::f32) return name() + " supports f16 and bf16 only";
+    if (p.get("qk_range", 1) != 1)
+      return name() + " draws LSE for qk_range 1 only (large logits are tested end to end, with the real forward's LSE)";
+    return std::nullopt;
+  }
+
+ protected:
+  std::vector<std::int64_t> head_dims() const override { return {16, 32, 64, 128}; }
+
+  // LSE as a real forward leaves it: about log(seq_k) for qk_range 1 (|S| ~ 1/3), at least s_h + 1 with
+  // learned sinks when `with_sink` (the dsink stage; in dkdv and dq a sink only lowers P, which would
+  // leave nothing to check).
+  static std::pair<double, double> lse_range(const core::Problem& p, bool with_sink) {
+    double lo = std::log(double(p.at("seq_k")));
+    if (with_sink && p.get("learned_sinks", 0)) lo = std::max(lo, double(p.get("sink_bias", 0)) + 1.0);
+    return {lo, lo + 0.5};
+  }
+  std::vector<std::int64_t> sizes(const core::Problem& p) const {
+    return {p.at("batch"), p.at("heads_q"), p.at("heads_kv"), p.at("seq_q"), p.at("seq_k"), p.at("head_dim")};
+  }
+
+ public:
+  double bytes_moved(const core::Problem& p) const override {
+    double total = 0;
+    for (const auto& b : buffers(p)) total += double(b.elements) * double(core::dtype_size(b.dtype));
+    return total;
+  }
+};
+
+std::int64_t elements_q(const core::Problem& p) { return p.at("batch") * p.at("heads_q") * p.at("seq_q") * p.at("head_dim"); }
+std::int64_t elements_kv(const core::Problem& p) { return p.at("batch") * p.at("heads_kv") * p.at("seq_k") * p.at("head_dim"); }
+std::int64_t elements_rows(const core::Problem& p) { return p.at("batch") * p.at("heads_q") * p.at("seq_q"); }
+
+// An O with rowsum(dO_i * O_i) = delta_i exactly (up to double rounding): O_i = delta_i dO_i / |dO_i|^2.
+std::vector<double> o_for_delta(const core::Problem& p, const std::vector<double>& dout, const std::vector<double>& delta) {
+  const std::int64_t d = p.at("head_dim");
+  std::vector<double> o(dout.size());
+  for (std::size_t r = 0; r < delta.size(); ++r) {
+    double sq = 0;
+    for (std::int64_t e = 0; e < d; ++e) sq += dout[r * std::size_t(d) + std::size_t(e)] * dout[r * std::size_t(d) + std::size_t(e)];
+    for (std::int64_t e = 0; e < d; ++e)
+      o[r * std::size_t(d) + std::size_t(e)] = delta[r] * dout[r * std::size_t(d) + std::size_t(e)] / sq;
+  }
+  return o;
+}
+
+// Marks `rows` (of `seq` per head, over `heads` heads of `width` elements each) checked; empty = all.
+std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, std::int64_t heads, std::int64_t seq,
+                                       std::int64_t width) {
+  if (rows.empty()) return {};
+  std::vector<std::uint8_t> c(std::size_t(heads * seq * width), 0);
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t i : rows) std::fill_n(c.begin() + std::ptrdiff_t((h * seq + i) * width), width, 1);
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+class AttnBwdPreprocess final : public AttnBwdBase {
+ public:
+  std::string name() const override { return "attn_bwd_preprocess"; }
+  std::string stage() const override { return "backward_preprocess"; }
+  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string description() const override { return "attention backward stage 1: D = rowsum(dO * O) in fp32"; }
+  std::vector<TunableSpec> tunables() const override {
+    return {{"block_m", {32, 64, 128}, "query rows per block"}, {"num_warps", {2, 4, 8}, "warps per block"}};
+  }
+  std::vector<std::string> constraints() const override { return {}; }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem&, const core::DeviceLimits& d) const override {
+    if (c.at("block_m") < 1) return "block_m must be >= 1";
+    if (c.at("num_warps") < 1 || 32 * c.at("num_warps") > d.max_threads_per_block)
+      return "num_warps " + n(c.at("num_warps")) + " out of range";
+    return std::nullopt;
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    return {"attn_bwd_preprocess_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
+                n(c.at("num_warps")) + ">",
+            {}};
+  }
+  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    LaunchShape s;
+    s.grid[0] = unsigned((p.at("seq_q") + c.at("block_m") - 1) / c.at("block_m"));
+    s.grid[1] = unsigned(p.at("heads_q"));
+    s.grid[2] = unsigned(p.at("batch"));
+    s.block[0] = unsigned(32 * c.at("num_warps"));
+    return s;
+  }
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    return {{"o", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
+            {"dout", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
+            {"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0}};
+  }
+  // (o, dout, delta, heads_q, seq_q, strides of O and dO per batch, head and row)
+  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    const std::int64_t hq = p.at("heads_q"), sq = p.at("seq_q"), d = p.at("head_dim");
+    return {BufferArg{kPreO}, BufferArg{kPreDout}, BufferArg{kPreDelta}, std::int32_t(hq), std::int32_t(sq),
+            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d)};
+  }
+  double flops(const core::Problem& p) const override { return 2.0 * double(elements_q(p)); }
+  void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
+                 RefPrecision precision) const override {
+    if (in.size() != 2 || out.size() != 1) throw core::Error(name() + ".reference: expects o, dout -> delta");
+    const std::int64_t d = p.at("head_dim");
+    auto& delta = out[0].values;
+    delta.assign(std::size_t(elements_rows(p)), 0.0);
+    for (std::size_t r = 0; r < delta.size(); ++r) {
+      double s = 0;
+      float sf = 0;
+      for (std::int64_t e = 0; e < d; ++e) {
+        const std::size_t x = r * std::size_t(d) + std::size_t(e);
+        s += in[0].values[x] * in[1].values[x];
+        sf += float(in[0].values[x]) * float(in[1].values[x]);
+      }
+      delta[r] = precision == RefPrecision::f64 ? s : double(sf);
+    }
+    out[0].checked.clear();
+  }
+  // A sum of head_dim products of values in [-1, 1]: a few fp32 ulps of head_dim.
+  double default_atol(const core::Problem& p) const override { return 1e-6 * double(p.at("head_dim")); }
+};
+
+// ---------------------------------------------------------------------------------------------
+class AttnBwdDsink final : public AttnBwdBase {
+ public:
+  std::string name() const override { return "attn_bwd_dsink"; }
+  std::string stage() const override { return "backward_dsink"; }
+  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string description() const override {
+    return "attention backward: learned-sink gradient -sum_i exp(s_h - LSE_i) D_i, one block per head, deterministic";
+  }
+  std::vector<TunableSpec> tunables() const override { return {{"num_warps", {4, 8, 16, 32}, "warps per head"}}; }
+  std::vector<std::string> constraints() const override { return {}; }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    if (auto why = AttnBwdBase::check_problem(p)) return why;
+    if (!p.get("learned_sinks", 0)) return "attn_bwd_dsink needs learned_sinks = 1";
+    return std::nullopt;
+  }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem&, const core::DeviceLimits& d) const override {
+    if (c.at("num_warps") < 1 || 32 * c.at("num_warps") > d.max_threads_per_block)
+      return "num_warps " + n(c.at("num_warps")) + " out of range";
+    return std::nullopt;
+  }
+  Specialization specialize(const core::Config& c, const core::Problem&) const override {
+    return {"attn_bwd_dsink_kernel<" + n(c.at("num_warps")) + ">", {}};
+  }
+  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    LaunchShape s;
+    s.grid[0] = unsigned(p.at("heads_q"));
+    s.block[0] = unsigned(32 * c.at("num_warps"));
+    return s;
+  }
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    const double bias = double(p.get("sink_bias", 0));
+    const auto [lo, hi] = lse_range(p, true);
+    return {{"sinks", core::DType::f32, p.at("heads_q"), BufferRole::input, bias - 1.0, bias + 1.0},
+            {"lse", core::DType::f32, elements_rows(p), BufferRole::input, lo, hi},
+            {"delta", core::DType::f32, elements_rows(p), BufferRole::input, -1.0, 1.0},
+            {"dsinks", core::DType::f32, p.at("heads_q"), BufferRole::output, 0, 0}};
+  }
+  // (sinks, lse, delta, dsinks, batch, heads_q, seq_q)
+  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    return {BufferArg{kSinkSinks}, BufferArg{kSinkLse},  BufferArg{kSinkDelta}, BufferArg{kSinkDsinks},
+            std::int32_t(p.at("batch")), std::int32_t(p.at("heads_q")), std::int32_t(p.at("seq_q"))};
+  }
+  double flops(const core::Problem& p) const override { return 3.0 * double(elements_rows(p)); }
+  void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
+                 RefPrecision precision) const override {
+    if (in.size() != 3 || out.size() != 1) throw core::Error(name() + ".reference: expects sinks, lse, delta -> dsinks");
+    const std::int64_t b = p.at("batch"), hq = p.at("heads_q"), sq = p.at("seq_q");
+    auto& ds = out[0].values;
+    ds.assign(std::size_t(hq), 0.0);
+    for (std::int64_t h = 0; h < hq; ++h) {
+      double s = 0;
+      float sf = 0;
+      for (std::int64_t bb = 0; bb < b; ++bb)
+        for (std::int64_t i = 0; i < sq; ++i) {
+          const std::size_t r = std::size_t((bb * hq + h) * sq + i);
+          s += std::exp(in[0].values[std::size_t(h)] - in[1].values[r]) * in[2].values[r];
+          sf += std::exp(float(in[0].values[std::size_t(h)]) - float(in[1].values[r])) * float(in[2].values[r]);
+        }
+      ds[std::size_t(h)] = precision == RefPrecision::f64 ? -s : -double(sf);
+    }
+    out[0].checked.clear();
+  }
+  // Terms of magnitude <= 1: fp32 sums of batch * seq_q of them (the naive same-precision sum is serial).
+  double default_atol(const core::Problem& p) const override { return 1e-6 * std::sqrt(double(p.at("batch") * p.at("seq_q"))); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// dkdv and dq: Q, K, V, dO, LSE, D in; gradients out in the problem dtype.
+class AttnBwdGrad : public AttnBwdBase {
+ public:
+  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::vector<TunableSpec> tunables() const override {
+    return {
+        {"block_m", {16, 32, 64}, "query rows per tile"},
+        {"block_n", {32, 64, 128}, "keys per tile"},
+        {"num_warps", {2, 4, 8}, "warps per block"},
+        {"num_stages", {1, 2}, "tiles in flight (cp.async pipeline depth)"},
+    };
+  }
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    const double r = double(p.get("qk_range", 1));
+    const auto [lo, hi] = lse_range(p, false);
+    std::vector<BufferSpec> b{{"q", p.dtype, elements_q(p), BufferRole::input, -r, r},
+                              {"k", p.dtype, elements_kv(p), BufferRole::input, -r, r},
+                              {"v", p.dtype, elements_kv(p), BufferRole::input, -1.0, 1.0},
+                              {"dout", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
+                              {"lse", core::DType::f32, elements_rows(p), BufferRole::input, lo, hi},
+                              {"delta", core::DType::f32, elements_rows(p), BufferRole::input, -1.0, 1.0}};
+    for (const auto& [out_name, count] : outputs(p)) b.push_back({out_name, p.dtype, count, BufferRole::output, 0, 0});
+    return b;
+  }
+  // (q, k, v, dout, lse, delta, outputs..., heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
+  //  Q / dO strides per batch, head, row, K / V strides per batch, head, row)
+  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
+    const std::int64_t d = p.at("head_dim");
+    std::vector<KernelArg> a{BufferArg{kQ}, BufferArg{kK}, BufferArg{kV}, BufferArg{kDout}, BufferArg{kLse}, BufferArg{kDelta}};
+    for (std::size_t i = 0; i < outputs(p).size(); ++i) a.push_back(BufferArg{kGradOut + int(i)});
+    for (KernelArg x : std::vector<KernelArg>{
+             std::int32_t(hq), std::int32_t(hkv), std::int32_t(sq), std::int32_t(sk), std::int32_t(p.get("window", 0)),
+             std::int32_t(p.get("sink_tokens", 0)), float(1.0 / std::sqrt(double(d))), std::int64_t(hq * sq * d),
+             std::int64_t(sq * d), std::int64_t(d), std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d)})
+      a.push_back(x);
+    return a;
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    return {kernel() + "<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
+                n(c.at("block_n")) + ", " + n(c.at("num_warps")) + ", " + n(c.at("num_stages")) + ", " +
+                bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ">",
+            {}};
+  }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
+    const std::int64_t own = warp_rows(c);  // rows of the warp's MMA tiles
+    if (own % (16 * warps) != 0 || own / (16 * warps) > 2 || own / (16 * warps) < 1)
+      return std::string(owned()) + " " + n(own) + " must be 16 or 32 rows per warp x num_warps " + n(warps);
+    if (bm % 16 != 0 || bn % 16 != 0) return "block_m and block_n must be multiples of 16";
+    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
+    const std::int64_t smem = smem_bytes(c, p);
+    if (smem > d.max_shared_per_block_optin)
+      return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
+    // The estimates below are calibrated on ptxas (attn_bwd_test compiles the default spaces): past
+    // about 224 the kernels spill, though the hard limit is 255.
+    const std::int64_t regs = registers(c, p);
+    const std::int64_t limit = std::min<std::int64_t>(224, d.max_regs_per_thread);
+    if (regs > limit) return "about " + n(regs) + " registers per thread needed (limit " + n(limit) + " without spills)";
+    return std::nullopt;
+  }
+  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    LaunchShape s;
+    s.grid[0] = unsigned(grid_x(c, p));
+    s.grid[1] = unsigned(grid_y(p));
+    s.grid[2] = unsigned(p.at("batch"));
+    s.block[0] = unsigned(32 * c.at("num_warps"));
+    s.dynamic_smem_bytes = unsigned(smem_bytes(c, p));
+    return s;
+  }
+  /// Element-wise tolerance on top of twice the naive fp32 error: the kernel rounds P and dS to the input
+  /// dtype before their products (as FlashAttention does), the naive reference keeps them in fp32.
+  double default_atol(const core::Problem& p) const override { return p.dtype == core::DType::f16 ? 5e-4 : 4e-3; }
+
+  /// The reference of one stage: the naive double (or fp32) backward, given an O whose rowsum(dO * O)
+  /// is the D input; sampled rows when the problem is large.
+  void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
+                 RefPrecision precision) const override {
+    if (in.size() != 6 || out.size() != outputs(p).size())
+      throw core::Error(name() + ".reference: expects q, k, v, dout, lse, delta -> gradients");
+    const auto s = attn::shape_of(p);
+    const auto o = o_for_delta(p, in[kDout].values, in[kDelta].values);
+    std::vector<std::int64_t> q_rows, k_rows;
+    rows_to_check(p, q_rows, k_rows);
+    reference::AttnGrads g;
+    const std::vector<double> no_sinks;
+    reference::AttnShape s2 = s;
+    s2.learned_sinks = false;  // the sink enters through LSE; its gradient is attn_bwd_dsink's
+    if (precision == RefPrecision::f64)
+      reference::attention_backward_naive_rows<double>(s2, in[kQ].values, in[kK].values, in[kV].values, no_sinks, o,
+                                                       in[kLse].values, in[kDout].values, q_rows, k_rows, g);
+    else
+      reference::attention_backward_naive_rows<float>(s2, in[kQ].values, in[kK].values, in[kV].values, no_sinks, o,
+                                                      in[kLse].values, in[kDout].values, q_rows, k_rows, g);
+    take(g, out, q_rows, k_rows, p);
+    if (precision == RefPrecision::same)
+      for (auto& t : out) reference::round_all(t.dtype, t.values);
+  }
+
+ protected:
+  virtual std::string kernel() const = 0;
+  virtual const char* owned() const = 0;
+  virtual std::int64_t warp_rows(const core::Config& c) const = 0;
+  virtual std::int64_t grid_x(const core::Config& c, const core::Problem& p) const = 0;
+  virtual std::int64_t grid_y(const core::Problem& p) const = 0;
+  virtual std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const = 0;
+  virtual std::int64_t registers(const core::Config& c, const core::Problem& p) const = 0;
+  virtual std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const = 0;
+  virtual void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const = 0;
+  virtual void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
+                    const std::vector<std::int64_t>& k_rows, const core::Problem& p) const = 0;
+};
+
+class AttnBwdDkdv final : public AttnBwdGrad {
+ public:
+  std::string name() const override { return "attn_bwd_dkdv"; }
+  std::string stage() const override { return "backward_dkdv"; }
+  std::string description() const override {
+    return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics";
+  }
+  std::vector<std::string> constraints() const override {
+    return {"block_n % (16 * num_warps) == 0", "block_n / (16 * num_warps) <= 2"};
+  }
+  /// S^T, dP^T, dK and dV recomputed or accumulated: 8 * head_dim per visible pair and query head.
+  double flops(const core::Problem& p) const override {
+    return 8.0 * double(p.at("head_dim")) * reference::attention_visible_pairs(attn::shape_of(p));
+  }
+
+ protected:
+  std::string kernel() const override { return "attn_bwd_dkdv_kernel"; }
+  const char* owned() const override { return "block_n"; }
+  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
+  std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
+    return (p.at("seq_k") + c.at("block_n") - 1) / c.at("block_n");
+  }
+  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
+  // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows).
+  std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t d = p.at("head_dim"), bm = c.at("block_m");
+    return 4 * c.at("block_n") * d + c.at("num_stages") * (4 * bm * d + 8 * bm);
+  }
+  // Per warp tile of 16 keys: dK and dV accumulators (head_dim / 2 each), S^T and dP^T (block_m / 2 each),
+  // P^T fragments (block_m / 4), plus addresses, loop and pipeline state.
+  std::int64_t registers(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t tiles = c.at("block_n") / (16 * c.at("num_warps"));
+    return tiles * (p.at("head_dim") + c.at("block_m") + c.at("block_m") / 4) + 48 + 8 * c.at("num_stages");
+  }
+  std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {
+    return {{"dk", elements_kv(p)}, {"dv", elements_kv(p)}};
+  }
+  void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
+    core::Problem swapped = p;  // a key row costs batch * heads_q * seq_q * head_dim, as a query row with the seqs swapped
+    swapped.dims["seq_q"] = p.at("seq_k"), swapped.dims["seq_k"] = p.at("seq_q");
+    k_rows = attn::reference_rows(swapped, attn::kReferenceBudget);
+    if (k_rows.empty()) k_rows.reserve(std::size_t(p.at("seq_k")));
+    if (k_rows.empty())
+      for (std::int64_t j = 0; j < p.at("seq_k"); ++j) k_rows.push_back(j);
+    q_rows = {0};  // dQ is not this stage's: one row keeps the reference from computing it whole
+  }
+  void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>&,
+            const std::vector<std::int64_t>& k_rows, const core::Problem& p) const override {
+    const bool all = std::int64_t(k_rows.size()) == p.at("seq_k");
+    out[0].values = std::move(g.dk);
+    out[1].values = std::move(g.dv);
+    const auto c = checked_rows(all ? std::vector<std::int64_t>{} : k_rows, p.at("batch") * p.at("heads_kv"),
+                                p.at("seq_k"), p.at("head_dim"));
+    out[0].checked = c, out[1].checked = c;
+  }
+};
+
+class AttnBwdDq final : public AttnBwdGrad {
+ public:
+  std::string name() const override { return "attn_bwd_dq"; }
+  std::string stage() const override { return "backward_dq"; }
+  std::string description() const override {
+    return "attention backward dQ: one block per query tile over the key tiles it sees, no atomics";
+  }
+  std::vector<std::string> constraints() const override {
+    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2"};
+  }
+  /// S, dP and dQ: 6 * head_dim per visible pair and query head.
+  double flops(const core::Problem& p) const override {
+    return 6.0 * double(p.at("head_dim")) * reference::attention_visible_pairs(attn::shape_of(p));
+  }
+
+ protected:
+  std::string kernel() const override { return "attn_bwd_dq_kernel"; }
+  const char* owned() const override { return "block_m"; }
+  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_m"); }
+  std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
+    return (p.at("seq_q") + c.at("block_m") - 1) / c.at("block_m");
+  }
+  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_q"); }
+  // Q and dO tiles, then num_stages x (K tile, V tile).
+  std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t d = p.at("head_dim");
+    return 4 * c.at("block_m") * d + c.at("num_stages") * 4 * c.at("block_n") * d;
+  }
+  // Per warp tile of 16 rows: dQ accumulators (head_dim / 2), S and dP (block_n / 2 each), dS fragments
+  // (block_n / 4), LSE and D, plus addresses and loop state.
+  std::int64_t registers(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t tiles = c.at("block_m") / (16 * c.at("num_warps"));
+    return tiles * (p.at("head_dim") / 2 + c.at("block_n") + c.at("block_n") / 4 + 4) + 48 + 8 * c.at("num_stages");
+  }
+  std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {
+    return {{"dq", elements_q(p)}};
+  }
+  void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
+    q_rows = attn::reference_rows(p, attn::kReferenceBudget);
+    if (q_rows.empty())
+      for (std::int64_t i = 0; i < p.at("seq_q"); ++i) q_rows.push_back(i);
+    k_rows = {0};  // dK, dV are not this stage's
+  }
+  void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
+            const std::vector<std::int64_t>&, const core::Problem& p) const override {
+    const bool all = std::int64_t(q_rows.size()) == p.at("seq_q");
+    out[0].values = std::move(g.dq);
+    out[0].checked = checked_rows(all ? std::vector<std::int64_t>{} : q_rows, p.at("batch") * p.at("heads_q"),
+                                  p.at("seq_q"), p.at("head_dim"));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family() { return std::make_unique<AttnBwdPreprocess>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family() { return std::make_unique<AttnBwdDkdv>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_dq_family() { return std::make_unique<AttnBwdDq>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family() { return std::make_unique<AttnBwdDsink>(); }
+
+}  // namespace flashtune::kernels

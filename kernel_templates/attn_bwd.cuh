@@ -1,0 +1,420 @@
+// kernel_templates/attn_bwd.cuh: attention backward, FlashAttention-2 style, as four kernels each tuned on
+// its own (the attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq and attn_bwd_dsink families):
+//   preprocess  D_i = rowsum(dO_i * O_i), fp32
+//   dkdv        one block per (block_n keys, kv head, batch): loops over every query head of the GQA group
+//               and every query tile that can see its keys (no atomics), recomputing P = exp(S - LSE)
+//   dq          one block per (block_m queries, query head, batch): loops over the key tiles the rows see
+//   dsink       d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi, one block per head, fixed order (deterministic)
+// fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async pipelines of kStages tiles) with fp32
+// accumulation; dQ, dK and dV are written in the problem dtype. The building blocks (PTX wrappers,
+// FtSwizzle, ft_load_tile, FtMma) and the mask / tile-skipping rules are the forward's (attn_fwd.cuh,
+// attn_common.cuh). dO shares Q's strides; dK and dV share K's; LSE and D are (batch, heads_q, seq_q) fp32.
+#pragma once
+
+#include "attn_fwd.cuh"
+
+// 4 bytes global -> shared; src_bytes = 0 fills the destination with zeros.
+__device__ __forceinline__ void ft_cp_async4(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tile products on swizzled kHeadDim-wide shared-memory tiles (FtSwizzle), 16-bit operands, fp32 acc.
+
+// acc[mt][nt] += A[a_row0 + 16 mt + (0..15), :] . B[b_row0 + 8 nt + (0..7), :], the contraction over the
+// head dim: S = Q K^T, dP = dO V^T (and their transposes with the roles of the tiles swapped).
+template <typename T, int kHeadDim, int kMT, int kNT>
+__device__ __forceinline__ void ft_mma_rows_by_rows(float (&acc)[kMT][kNT][4], unsigned smem_a, int a_row0,
+                                                    unsigned smem_b, int b_row0) {
+  static_assert(kNT % 2 == 0, "B rows come in pairs of 8-row tiles");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+    unsigned a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+      ft_ldmatrix_x4(a[mt], smem_a + FtSwizzle<kHeadDim>::offset(a_row0 + mt * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      unsigned b[4];
+      const int r = b_row0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+      ft_ldmatrix_x4(b, smem_b + FtSwizzle<kHeadDim>::offset(r, ks * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        FtMma<T>::run(acc[mt][2 * np], a[mt], b[0], b[1]);
+        FtMma<T>::run(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc[mt][dt] += A[mt] . B[b_row0 + (0 .. 16 kKS - 1), :]: A in registers (kKS k16 fragments per 16-row
+// tile, from ft_pack_a), the contraction over B's rows, B read transposed: dV += P^T dO, dK += dS^T Q,
+// dQ += dS K.
+template <typename T, int kHeadDim, int kMT, int kKS>
+__device__ __forceinline__ void ft_mma_regs_by_tile(float (&acc)[kMT][kHeadDim / 8][4], const unsigned (&a)[kMT][kKS][4],
+                                                    unsigned smem_b, int b_row0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int ks = 0; ks < kKS; ++ks) {
+#pragma unroll
+    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+      unsigned b[4];
+      const int r = b_row0 + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+      ft_ldmatrix_x4_trans(b, smem_b + FtSwizzle<kHeadDim>::offset(r, dp * 2 + (lane >> 4)));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        FtMma<T>::run(acc[mt][2 * dp], a[mt][ks], b[0], b[1]);
+        FtMma<T>::run(acc[mt][2 * dp + 1], a[mt][ks], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// fp32 accumulator tiles (16 x 8 each) rounded to T as A fragments of the next product (the forward's
+// P -> A conversion: an accumulator pair of 8-column tiles is one k16 A fragment).
+template <typename T, int kMT, int kNT>
+__device__ __forceinline__ void ft_pack_a(unsigned (&f)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int ks = 0; ks < kNT / 2; ++ks) {
+      f[mt][ks][0] = FtMma<T>::pack(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+      f[mt][ks][1] = FtMma<T>::pack(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+      f[mt][ks][2] = FtMma<T>::pack(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+      f[mt][ks][3] = FtMma<T>::pack(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+    }
+}
+
+template <typename T, int kMT, int kDT>
+__device__ __forceinline__ void ft_zero(float (&acc)[kMT][kDT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
+}
+
+// Accumulator rows (rows g and g + 8 of each 16-row tile) times `mul`, rounded to T, stored at
+// base + row * row_stride for rows below `rows`; first_row is the warp's first row of the block.
+template <typename T, int kMT, int kDT>
+__device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int first_row, int rows,
+                                              const float (&acc)[kMT][kDT][4], float mul) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = first_row + mt * 16 + g + 8 * r;
+      if (row >= rows) continue;
+      T* p = base + row * row_stride;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
+            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
+    }
+}
+
+// The query rows [lo, hi) that can see some key of [n0, n1) (n1 <= seq_k): the inverse of FtAttnTiles.
+// Causal: i >= n0 - offset. Window: i < n1 - 1 - offset + window, unless the keys hold a sink token.
+template <bool kCausal, bool kWindow>
+struct FtAttnQueryRange {
+  int lo, hi;
+  __device__ __forceinline__ FtAttnQueryRange(const FtAttnMask<kCausal, kWindow>& m, int n0, int n1) {
+    lo = 0, hi = m.seq_q;
+    if (kCausal) lo = max(0, n0 - m.offset);
+    if (kWindow && n0 >= m.sink_tokens) hi = min(hi, max(0, n1 - 1 - m.offset + m.window));
+    if (n1 <= n0) hi = 0;
+    if (lo > hi) lo = hi;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// D = rowsum(dO * O) in fp32: one block per (block_m rows, query head, batch); kHeadDim / 8 lanes per row,
+// each reading 16 bytes of O and dO.
+template <typename T, int kHeadDim, int kBlockM, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    attn_bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
+                               int heads_q, int seq_q, long long q_sb, long long q_sh, long long q_ss) {
+  enum : int { kLanes = kHeadDim / 8, kRowsPerPass = 32 / kLanes };
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / 8 lanes per row");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * kBlockM;
+  const long long head = b * q_sb + h * q_sh;
+  for (int base = warp * kRowsPerPass; base < kBlockM; base += kWarps * kRowsPerPass) {
+    const int row = m0 + base + lane / kLanes;
+    const bool in = base + lane / kLanes < kBlockM && row < seq_q;
+    float sum = 0.f;
+    if (in) {
+      const long long off = head + row * q_ss + (lane % kLanes) * 8;
+      const FtVec<T, 8> a = load_vec<T, 8>(o + off), d = load_vec<T, 8>(dout + off);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum = fmaf(to_float(a.v[e]), to_float(d.v[e]), sum);
+    }
+    sum = warp_sum<kLanes>(sum);
+    if (in && lane % kLanes == 0) delta[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = sum;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi: one block per query head, each thread a strided partial
+// sum, then the warps' sums added in warp order: the same bits on every run.
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32)
+    attn_bwd_dsink_kernel(const float* __restrict__ sinks, const float* __restrict__ lse,
+                          const float* __restrict__ delta, float* __restrict__ dsinks, int batch, int heads_q,
+                          int seq_q) {
+  __shared__ float part[kWarps];
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float s = sinks[h];
+  float sum = 0.f;
+  for (int b = 0; b < batch; ++b) {
+    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q;
+    for (int i = threadIdx.x; i < seq_q; i += kWarps * 32) sum += exp_of(s - lse[row0 + i]) * delta[row0 + i];
+  }
+  sum = warp_sum(sum);
+  if (lane == 0) part[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int w = 0; w < kWarps; ++w) total += part[w];
+    dsinks[h] = -total;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dK, dV: one block per (block_n keys, kv head, batch); each warp owns kNTiles (1 or 2) tiles of 16 keys
+// and works on S^T = K Q^T (keys as MMA rows), so P^T and dS^T are A operands straight from registers:
+//   P^T = exp(S^T scale - LSE), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
+// Work items (query head of the group, query tile) stream through a cp.async pipeline of kStages stages
+// (Q tile, dO tile, LSE, D). Key tiles are visited heaviest first (causal: tile 0 sees every query; sink
+// tokens sit in tile 0 too).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    attn_bwd_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                         T* __restrict__ dk, T* __restrict__ dv, int heads_q, int heads_kv, int seq_q, int seq_k,
+                         int window, int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss,
+                         long long k_sb, long long k_sh, long long k_ss) {
+  static_assert(kHeadDim % 16 == 0 && kBlockM % 16 == 0, "tiles are whole 16 x 16 MMA steps");
+  static_assert(kBlockN % (16 * kWarps) == 0 && kBlockN / (16 * kWarps) <= 2, "a warp owns 16 or 32 keys");
+  enum : int {
+    kThreads = kWarps * 32,
+    kNTiles = kBlockN / (16 * kWarps),  // 16-key MMA tiles per warp
+    kQCols = kBlockM / 8,               // 8-query accumulator tiles of S^T
+    kDTiles = kHeadDim / 8,
+    kTileBytes = kBlockM * kHeadDim * 2,
+    kStageBytes = 2 * kTileBytes + 2 * kBlockM * 4,  // Q, dO, LSE, D
+  };
+  const float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char ft_smem[];
+  const unsigned smem_k = ft_smem_u32(ft_smem);
+  const unsigned smem_v = smem_k + kBlockN * kHeadDim * 2;
+  const unsigned smem_stages = smem_v + kBlockN * kHeadDim * 2;
+  const float* stage_f = reinterpret_cast<const float*>(ft_smem + 2 * kBlockN * kHeadDim * 2);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const int group = heads_q / heads_kv;
+  const int n0 = n_block * kBlockN;
+  const int n1 = min(n0 + kBlockN, seq_k);
+  const int warp_row0 = warp * kNTiles * 16;
+
+  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
+  const int t_lo = rows.lo / kBlockM;
+  const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_lo : 0;
+  const int n_items = group * t_count;
+
+  auto load_item = [&](int i) {  // item i into stage i % kStages
+    const int h = h_kv * group + i / t_count;
+    const int m0 = (t_lo + i % t_count) * kBlockM;
+    const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
+    const long long off = b * q_sb + h * q_sh + m0 * q_ss;
+    ft_load_tile<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
+    for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
+      const int rr = r % kBlockM;
+      const bool in = m0 + rr < seq_q;
+      const float* src = (r < kBlockM ? lse : delta) + row0 + (in ? rr : 0);
+      ft_cp_async4(dst + 2 * kTileBytes + r * 4, src, in ? 4 : 0);
+    }
+  };
+
+  const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
+  ft_load_tile<kBlockN, kHeadDim, kThreads>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads>(smem_v, v + kv_off, k_ss, seq_k - n0);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_items) load_item(i);
+    ft_cp_async_commit();
+  }
+
+  float dk_acc[kNTiles][kDTiles][4], dv_acc[kNTiles][kDTiles][4];
+  ft_zero<T>(dk_acc);
+  ft_zero<T>(dv_acc);
+
+  for (int i = 0; i < n_items; ++i) {
+    if (i + kStages - 1 < n_items) load_item(i + kStages - 1);
+    ft_cp_async_commit();
+    ft_cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int m0 = (t_lo + i % t_count) * kBlockM;
+    const unsigned smem_q = smem_stages + unsigned((i % kStages) * kStageBytes);
+    const unsigned smem_do = smem_q + kTileBytes;
+    const float* lse_s = stage_f + (i % kStages) * (kStageBytes / 4) + 2 * kTileBytes / 4;
+    const float* d_s = lse_s + kBlockM;
+
+    // S^T = K Q^T (raw), then P^T = exp2(S^T scale log2 e - LSE log2 e), 0 where not visible.
+    float s[kNTiles][kQCols][4];
+    ft_zero<T>(s);
+    ft_mma_rows_by_rows<T, kHeadDim, kNTiles, kQCols>(s, smem_k, warp_row0, smem_q, 0);
+    const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+    const float scale_log2 = scale * kLog2e;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int qc = 0; qc < kQCols; ++qc)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int col = qc * 8 + 2 * t4 + (c & 1);
+          const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
+          const float p = ft_exp2(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e));
+          const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key));
+          s[nt][qc][c] = vis ? p : 0.f;
+        }
+    unsigned pf[kNTiles][kQCols / 2][4];
+    ft_pack_a<T>(pf, s);
+    ft_mma_regs_by_tile<T, kHeadDim, kNTiles, kQCols / 2>(dv_acc, pf, smem_do, 0);
+
+    // dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
+    float dp[kNTiles][kQCols][4];
+    ft_zero<T>(dp);
+    ft_mma_rows_by_rows<T, kHeadDim, kNTiles, kQCols>(dp, smem_v, warp_row0, smem_do, 0);
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int qc = 0; qc < kQCols; ++qc)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dp[nt][qc][c] = s[nt][qc][c] * (dp[nt][qc][c] - d_s[qc * 8 + 2 * t4 + (c & 1)]);
+    ft_pack_a<T>(pf, dp);
+    ft_mma_regs_by_tile<T, kHeadDim, kNTiles, kQCols / 2>(dk_acc, pf, smem_q, 0);
+    __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+  }
+  ft_cp_async_commit();
+  ft_cp_async_wait<0>();
+
+  const long long out_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
+  ft_store_rows<T>(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale);
+  ft_store_rows<T>(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// dQ: one block per (block_m queries, query head, batch), as the forward: each warp owns kMTiles (1 or 2)
+// tiles of 16 query rows; the key tiles the rows can see stream through kStages (K, V) buffers:
+//   P = exp(S scale - LSE), dP = dO V^T, dS = P (dP - D), dQ += dS K;  dQ *= scale at the end.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                       const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                       T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
+                       int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
+                       long long k_sh, long long k_ss) {
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole 16 x 16 MMA steps");
+  static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
+  enum : int {
+    kThreads = kWarps * 32,
+    kMTiles = kBlockM / (16 * kWarps),
+    kNTiles = kBlockN / 8,
+    kDTiles = kHeadDim / 8,
+    kTileBytes = kBlockN * kHeadDim * 2,
+  };
+  const float kLog2e = 1.4426950408889634f;
+  extern __shared__ __align__(128) unsigned char ft_smem[];
+  const unsigned smem_q = ft_smem_u32(ft_smem);
+  const unsigned smem_do = smem_q + kBlockM * kHeadDim * 2;
+  const unsigned smem_kv = smem_do + kBlockM * kHeadDim * 2;  // stage s: K at + 2s * kTileBytes, V after it
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int h_kv = h / (heads_q / heads_kv);
+  const int m0 = m_block * kBlockM;
+  const int m1 = min(m0 + kBlockM, seq_q);
+  const int warp_row0 = warp * kMTiles * 16;
+
+  const long long q_off = b * q_sb + h * q_sh + m0 * q_ss;
+  const T* k_head = k + b * k_sb + h_kv * k_sh;
+  const T* v_head = v + b * k_sb + h_kv * k_sh;
+  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
+  const int n_tiles = tiles.count();
+
+  auto load_kv = [&](int i) {
+    const int n0 = tiles.tile(i) * kBlockN;
+    const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
+    ft_load_tile<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
+  };
+  ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_q, q + q_off, q_ss, m1 - m0);
+  ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_do, dout + q_off, q_ss, m1 - m0);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_tiles) load_kv(i);
+    ft_cp_async_commit();
+  }
+
+  // LSE (log2 units) and D of the two rows a lane owns per 16-row tile.
+  float lse2[kMTiles][2], d_row[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
+      const long long at = (static_cast<long long>(b) * heads_q + h) * seq_q + min(row, seq_q - 1);
+      lse2[mt][r] = lse[at] * kLog2e;
+      d_row[mt][r] = delta[at];
+    }
+  const float scale_log2 = scale * kLog2e;
+  float dq_acc[kMTiles][kDTiles][4];
+  ft_zero<T>(dq_acc);
+
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+    ft_cp_async_commit();
+    ft_cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const unsigned smem_k = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
+    const unsigned smem_v = smem_k + kTileBytes;
+    const int n0 = tiles.tile(i) * kBlockN;
+
+    float s[kMTiles][kNTiles][4], dp[kMTiles][kNTiles][4];
+    ft_zero<T>(s);
+    ft_zero<T>(dp);
+    ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(s, smem_q, warp_row0, smem_k, 0);
+    ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(dp, smem_do, warp_row0, smem_v, 0);
+    const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int r = c >> 1;
+          const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
+          const int key = n0 + nt * 8 + 2 * t4 + (c & 1);
+          const float p = ft_exp2(fmaf(s[mt][nt][c], scale_log2, -lse2[mt][r]));
+          const bool vis = !need_mask || mask.visible(row, key);
+          dp[mt][nt][c] = vis ? p * (dp[mt][nt][c] - d_row[mt][r]) : 0.f;
+        }
+    unsigned dsf[kMTiles][kNTiles / 2][4];
+    ft_pack_a<T>(dsf, dp);
+    ft_mma_regs_by_tile<T, kHeadDim, kMTiles, kNTiles / 2>(dq_acc, dsf, smem_k, 0);
+    __syncthreads();
+  }
+  ft_cp_async_commit();
+  ft_cp_async_wait<0>();
+  ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
+}

@@ -1,0 +1,296 @@
+// tests/attention/attn_bwd_gpu_test.cpp (label gpu; skips without a GPU): the attention backward stages
+// on a GPU. (1) Each stage through the real pipeline against the double reference on every variant of
+// experiments/tests/attn_bwd_variants.yaml. (2) Determinism: two launches give bitwise-equal dK, dV, dQ
+// and d(sink). (3) End to end: the real forward (attn_fwd) gives O and LSE, then preprocess, dkdv, dq and
+// dsink run on them, and dQ, dK, dV, d(sink) are compared with the double backward of the double forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "db/store.hpp"
+#include "harness/cuda/buffer.hpp"
+#include "harness/cuda/context.hpp"
+#include "harness/cuda/device.hpp"
+#include "harness/cuda/module.hpp"
+#include "harness/cuda/stream.hpp"
+#include "harness/experiment/experiment.hpp"
+#include "harness/jit/compiler.hpp"
+#include "harness/jit/template_store.hpp"
+#include "harness/kernels/attention.hpp"
+#include "harness/kernels/attn_bwd.hpp"
+#include "harness/runner/runner.hpp"
+#include "reference/attention_bwd.hpp"
+#include "reference/compare.hpp"
+#include "reference/dtype.hpp"
+#include "tests/runner/runner_test_support.hpp"
+
+namespace fs = std::filesystem;
+using namespace flashtune;
+using flashtune::testing::count;
+using flashtune::testing::have_gpu;
+using flashtune::testing::quiet_options;
+using flashtune::testing::TempDir;
+
+namespace {
+
+void expect_all_pass(const fs::path& db, std::int64_t min_ok) {
+  db::Store store(db);
+  EXPECT_GE(count(store, "status = 'ok'"), min_ok);
+  const auto bad = store.sql(
+      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id WHERE t.status <> 'ok' LIMIT 20");
+  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
+  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
+}
+
+std::uint32_t nan_pattern(core::DType d) {
+  return d == core::DType::f32 ? 0x7FC00000u : d == core::DType::f16 ? 0x7E007E00u : 0x7FC07FC0u;
+}
+
+// Launches one family's kernel on host tensors: every buffer of buffers() in order, inputs uploaded,
+// outputs NaN-poisoned, launched once, downloaded. `tensors[i].values` holds buffer i (outputs: resized).
+class Launcher {
+ public:
+  Launcher() : m_info(cuda::query_device(0)), m_ctx(0) {}
+
+  void run(const kernels::KernelFamily& f, const core::Config& c, const core::Problem& p,
+           std::vector<kernels::HostTensor>& tensors) {
+    const auto specs = f.buffers(p);
+    ASSERT_EQ(specs.size(), tensors.size()) << f.name();
+    ASSERT_EQ(f.can_run(c, p, m_info.limits), std::nullopt) << f.name() << " " << c.key();
+    jit::CompileRequest req;
+    req.source = jit::load_template(f.template_file(), std::nullopt);
+    req.source_name = f.template_file();
+    req.name_expression = f.specialize(c, p).name_expression;
+    req.arch = m_info.arch;
+    req.headers = jit::template_headers(std::nullopt);
+    const auto out = jit::Compiler(std::nullopt).compile(req);
+    ASSERT_TRUE(out.record.ok) << out.record.log;
+    cuda::Module module(out.cubin);
+    const CUfunction fn = module.function(out.record.lowered_name);
+    cuda::Stream stream;
+    std::vector<cuda::DeviceBuffer> bufs;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const std::size_t bytes = std::size_t(specs[i].elements) * core::dtype_size(specs[i].dtype);
+      bufs.emplace_back((bytes + 3) / 4 * 4);
+      if (specs[i].role == kernels::BufferRole::input) {
+        ASSERT_EQ(tensors[i].values.size(), std::size_t(specs[i].elements)) << f.name() << " buffer " << specs[i].name;
+        const auto packed = reference::pack(specs[i].dtype, tensors[i].values);
+        bufs.back().upload(packed.data(), packed.size(), stream.get());
+      } else {
+        bufs.back().fill_u32(nan_pattern(specs[i].dtype), stream.get());
+      }
+    }
+    const auto args = f.arguments(c, p);
+    std::vector<CUdeviceptr> ptrs(args.size());
+    std::vector<std::int32_t> i32(args.size());
+    std::vector<std::int64_t> i64(args.size());
+    std::vector<float> f32(args.size());
+    std::vector<void*> argv(args.size());
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) ptrs[i] = bufs[std::size_t(b->index)].ptr(), argv[i] = &ptrs[i];
+      else if (const auto* x = std::get_if<std::int32_t>(&args[i])) i32[i] = *x, argv[i] = &i32[i];
+      else if (const auto* y = std::get_if<std::int64_t>(&args[i])) i64[i] = *y, argv[i] = &i64[i];
+      else f32[i] = std::get<float>(args[i]), argv[i] = &f32[i];
+    }
+    const auto shape = f.launch_shape(c, p, m_info.limits);
+    cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream.get(), argv.data());
+    stream.synchronize();
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].role != kernels::BufferRole::output) continue;
+      const std::size_t n = std::size_t(specs[i].elements);
+      std::vector<unsigned char> raw(n * core::dtype_size(specs[i].dtype));
+      bufs[i].download(raw.data(), raw.size(), stream.get());
+      tensors[i] = {specs[i].dtype, reference::unpack(specs[i].dtype, raw.data(), n), {}};
+    }
+  }
+
+  const cuda::DeviceInfo& info() const { return m_info; }
+
+ private:
+  cuda::DeviceInfo m_info;
+  cuda::Context m_ctx;
+};
+
+const kernels::KernelFamily& fam(const std::string& name) {
+  const auto* f = kernels::find_family(name);
+  if (!f) throw core::Error(name + " is not registered");
+  return *f;
+}
+
+core::Problem problem(std::map<std::string, std::int64_t> dims, core::DType d) {
+  const auto& f = fam("attn_fwd");
+  core::Problem p{std::move(dims), d};
+  for (const auto& o : f.optional_problem_dims()) p.dims.try_emplace(o.name, o.fallback);
+  f.complete_problem(p);
+  return p;
+}
+
+// Configs every head dim 16..128 can run (one 16-row MMA tile per warp).
+const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}}};
+const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
+const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
+const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
+const core::Config kSink{{{"num_warps", 8}}};
+
+// Inputs for every buffer of `f` as the runner draws them; outputs left empty.
+std::vector<kernels::HostTensor> draw(const kernels::KernelFamily& f, const core::Problem& p, std::uint64_t seed) {
+  std::vector<kernels::HostTensor> t;
+  std::uint64_t stream = 0;
+  for (const auto& b : f.buffers(p)) {
+    t.push_back({b.dtype, {}, {}});
+    if (b.role == kernels::BufferRole::input) {
+      t.back().values = reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream);
+      reference::round_all(b.dtype, t.back().values);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST(AttnBwdGpu, EveryStageAndVariantMatchesTheReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  TempDir dir;
+  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_bwd_variants.yaml");
+  auto opts = quiet_options(dir.path / "b.sqlite", false);
+  const auto s = runner::run_experiment(exp, opts);
+  ASSERT_FALSE(s.compile_only);
+  expect_all_pass(opts.db_path, 300);
+}
+
+// No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
+// sink-token hot spot, dQ, and the sink gradient's fixed-order reduction).
+TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  Launcher gpu;
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
+                          {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3}},
+                         core::DType::bf16);
+  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"}) {
+    const auto& f = fam(name);
+    const std::string n = name;
+    const core::Config& c = n == "attn_bwd_dsink" ? kSink : n == "attn_bwd_dkdv" ? kDkdv : kDq;
+    auto a = draw(f, p, 42), b = a;
+    gpu.run(f, c, p, a);
+    gpu.run(f, c, p, b);
+    const auto specs = f.buffers(p);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].role != kernels::BufferRole::output) continue;
+      ASSERT_EQ(a[i].values.size(), b[i].values.size());
+      EXPECT_EQ(std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * sizeof(double)), 0)
+          << name << " " << specs[i].name << " differs between two runs";
+    }
+  }
+}
+
+// The whole backward on the real forward's O and LSE against the double backward of the double forward.
+// The same-precision side of the pass rule: the fp32 forward (O rounded to the dtype, as the kernel
+// stores it) followed by the fp32 backward, gradients rounded to the dtype.
+TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  Launcher gpu;
+  using M = std::map<std::string, std::int64_t>;
+  const std::vector<M> shapes{
+      {{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 333}, {"head_dim", 64}, {"causal", 1}, {"learned_sinks", 1}},
+      {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 1}, {"seq_q", 300}, {"head_dim", 128}, {"causal", 1}, {"window", 64}, {"sink_tokens", 100}},
+      {{"batch", 1}, {"heads_q", 2}, {"seq_q", 100}, {"seq_k", 250}, {"head_dim", 32}, {"learned_sinks", 1}, {"sink_bias", 20}},
+      {{"batch", 1}, {"heads_q", 2}, {"seq_q", 250}, {"seq_k", 100}, {"head_dim", 16}, {"causal", 1}},
+      {{"batch", 1}, {"heads_q", 2}, {"seq_q", 200}, {"head_dim", 64}, {"causal", 1}, {"window", 1}, {"learned_sinks", 1}},
+      {{"batch", 1}, {"heads_q", 2}, {"seq_q", 129}, {"head_dim", 64}, {"qk_range", 4}},
+  };
+  for (core::DType dt : {core::DType::f16, core::DType::bf16})
+    for (const auto& dims : shapes) {
+      const auto p = problem(dims, dt);
+      const std::string what = p.key();
+      const auto s = kernels::attn::shape_of(p);
+      const auto& fwd = fam("attn_fwd");
+      auto ft = draw(fwd, p, 7);  // q, k, v, sinks, o, lse
+      gpu.run(fwd, kFwd, p, ft);
+      const auto& q = ft[kernels::attn::kQ].values;
+      const auto& k = ft[kernels::attn::kK].values;
+      const auto& v = ft[kernels::attn::kV].values;
+      const auto& sinks = ft[kernels::attn::kSinks].values;
+      auto dout = reference::uniform(q.size(), -1, 1, 99);
+      reference::round_all(dt, dout);
+
+      // The backward on the device.
+      std::vector<kernels::HostTensor> pre{{dt, ft[kernels::attn::kO].values, {}}, {dt, dout, {}}, {core::DType::f32, {}, {}}};
+      gpu.run(fam("attn_bwd_preprocess"), kPre, p, pre);
+      const auto& delta = pre[kernels::attn_bwd::kPreDelta].values;
+      const auto& lse = ft[kernels::attn::kLse].values;
+      std::vector<kernels::HostTensor> kv{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}},
+                                          {core::DType::f32, lse, {}}, {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}}};
+      auto dq = kv;
+      dq.pop_back();
+      gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
+      gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
+      std::vector<double> dsinks;
+      if (s.learned_sinks) {
+        std::vector<kernels::HostTensor> ds{{core::DType::f32, sinks, {}}, {core::DType::f32, lse, {}},
+                                            {core::DType::f32, delta, {}}, {core::DType::f32, {}, {}}};
+        gpu.run(fam("attn_bwd_dsink"), kSink, p, ds);
+        dsinks = ds[kernels::attn_bwd::kSinkDsinks].values;
+      }
+
+      // The references.
+      std::vector<double> o64, lse64, o32, lse32;
+      reference::attention_naive<double>(s, q, k, v, sinks, o64, lse64);
+      reference::attention_naive<float>(s, q, k, v, sinks, o32, lse32);
+      reference::round_all(dt, o32);
+      reference::AttnGrads g64, g32;
+      reference::attention_backward_naive<double>(s, q, k, v, sinks, o64, lse64, dout, g64);
+      reference::attention_backward_naive<float>(s, q, k, v, sinks, o32, lse32, dout, g32);
+      for (auto* x : {&g32.dq, &g32.dk, &g32.dv}) reference::round_all(dt, *x);
+      const double atol = 2 * fam("attn_bwd_dq").default_atol(p);
+      auto check = [&](const char* name, const std::vector<double>& out, const std::vector<double>& r64,
+                       const std::vector<double>& r32, double tol) {
+        const auto c = reference::compare(out, r64, r32, tol);
+        EXPECT_TRUE(c.passed) << what << " " << name << ": max_abs_err " << c.max_abs_err << " > tolerance "
+                              << c.tolerance << " (naive " << c.naive_err << "), NaN " << c.nan_count;
+      };
+      check("dq", dq[kernels::attn_bwd::kGradOut].values, g64.dq, g32.dq, atol);
+      check("dk", kv[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
+      check("dv", kv[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      // d(sink) sums batch * seq_q terms, each carrying the rounding of O to the dtype through D.
+      if (s.learned_sinks) check("dsinks", dsinks, g64.dsinks, g32.dsinks, atol * std::sqrt(double(s.batch * s.seq_q)));
+    }
+}
+
+// A kernel that skips the element-wise mask on boundary tiles must fail the reference check, in each of the
+// two gradient kernels (the tests are not fooled by masks that only interior tiles see).
+TEST(AttnBwdGpu, PlantedMaskBugsAreCaught) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const struct {
+    const char* family;
+    const char* from;
+    const char* to;
+  } bugs[] = {
+      {"attn_bwd_dkdv",
+       "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
+       "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"},
+      {"attn_bwd_dq", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+       "const bool need_mask = n0 + kBlockN > seq_k;"},
+  };
+  for (const auto& bug : bugs) {
+    TempDir dir;
+    const fs::path tdir = dir.path / "templates";
+    ASSERT_TRUE(flashtune::testing::plant_bug(tdir, "attn_bwd.cuh", bug.from, bug.to)) << "the planted bug's anchor moved";
+    const auto exp = experiment::parse_experiment(std::string(R"(
+name: attn_bwd_planted
+measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
+studies:
+  - family: )") + bug.family + R"(
+    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
+    space: {block_m: 64, block_n: 64, num_warps: 4, num_stages: 1}
+)", "attn_bwd_planted.yaml");
+    auto opts = quiet_options(dir.path / "p.sqlite", false);
+    opts.templates = tdir;
+    runner::run_experiment(exp, opts);
+    db::Store store(opts.db_path);
+    EXPECT_EQ(count(store, "status = 'incorrect'"), 1) << bug.family;
+  }
+}

@@ -1,0 +1,321 @@
+// tests/attention/attn_bwd_test.cpp: the attention backward families on the CPU: registered, one stage
+// each; arguments match the kernel signatures; launch shapes cover the problem; can_run gives reasons;
+// the references (O built so rowsum(dO * O) is the D input, sampled rows) agree with the naive backward;
+// the same-precision reference passes the pass rule and a perturbed output fails; and every kernel of
+// every mask variant and head dim compiles with NVRTC for sm_80 and sm_90a without spills.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "harness/jit/compiler.hpp"
+#include "harness/jit/template_store.hpp"
+#include "harness/kernels/attn_bwd.hpp"
+#include "harness/kernels/family.hpp"
+#include "reference/attention_bwd.hpp"
+#include "reference/compare.hpp"
+#include "reference/dtype.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
+
+using namespace flashtune;
+
+namespace {
+
+const char* kFamilies[] = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"};
+
+const kernels::KernelFamily& fam(const std::string& name) {
+  const auto* f = kernels::find_family(name);
+  if (!f) throw core::Error(name + " is not registered");
+  return *f;
+}
+
+core::Problem problem(const kernels::KernelFamily& f, std::map<std::string, std::int64_t> dims,
+                      core::DType d = core::DType::f16) {
+  core::Problem p{std::move(dims), d};
+  for (const auto& o : f.optional_problem_dims()) p.dims.try_emplace(o.name, o.fallback);
+  f.complete_problem(p);
+  return p;
+}
+
+std::vector<core::Config> default_space(const kernels::KernelFamily& f) {
+  std::vector<core::Config> configs{core::Config{}};
+  for (const auto& t : f.tunables()) {
+    std::vector<core::Config> next;
+    for (const auto& c : configs)
+      for (std::int64_t v : t.values) {
+        core::Config x = c;
+        x.values[t.name] = v;
+        next.push_back(x);
+      }
+    configs = std::move(next);
+  }
+  return configs;
+}
+
+// The entry functions of a ptxas log that spill, with their register counts.
+std::string spilling_kernels(const std::string& log) {
+  std::string out, current;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (const auto at = line.find("Compiling entry function '"); at != std::string::npos) current = line.substr(at + 26);
+    if (line.find("bytes spill stores") != std::string::npos && line.find(" 0 bytes spill stores") == std::string::npos)
+      out += current + ": " + line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
+  std::set<std::string> stages;
+  for (const char* name : kFamilies) {
+    const auto& f = fam(name);
+    EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
+    EXPECT_FALSE(f.description().empty());
+    EXPECT_EQ(f.dtypes().size(), 2u) << name;
+    stages.insert(f.stage());
+  }
+  EXPECT_EQ(stages.size(), 4u);
+}
+
+TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
+  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  for (const char* name : kFamilies) {
+    const auto& f = fam(name);
+    auto dims = std::map<std::string, std::int64_t>{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33},
+                                                    {"seq_k", 70}, {"head_dim", 64}, {"learned_sinks", 1}};
+    const auto p = problem(f, dims);
+    ASSERT_EQ(f.check_problem(p), std::nullopt) << name;
+    core::Config c;
+    for (const auto& t : f.tunables()) c.values[t.name] = t.values[t.values.size() / 2];
+    const std::string expr = f.specialize(c, p).name_expression;
+    const std::string kernel = expr.substr(0, expr.find('<'));
+    const auto params = flashtune::testing::kernel_parameters(source, kernel);
+    const auto args = f.arguments(c, p);
+    const auto buffers = f.buffers(p);
+    ASSERT_EQ(params.size(), args.size()) << name;
+    std::set<int> used;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& par = params[i];
+      if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
+        ASSERT_LT(b->index, int(buffers.size()));
+        used.insert(b->index);
+        EXPECT_NE(par.find('*'), std::string::npos) << name << " arg " << i;
+        EXPECT_EQ(par.find("const") != std::string::npos, buffers[b->index].role == kernels::BufferRole::input)
+            << name << " arg " << i << ": " << par;
+        const bool f32 = buffers[b->index].dtype == core::DType::f32;
+        EXPECT_EQ(par.find("float") != std::string::npos, f32) << name << " arg " << i << ": " << par;
+      } else if (std::holds_alternative<std::int64_t>(args[i])) {
+        EXPECT_NE(par.find("long long"), std::string::npos) << name << " arg " << i << ": " << par;
+      } else if (std::holds_alternative<float>(args[i])) {
+        EXPECT_NE(par.find("float"), std::string::npos) << name << " arg " << i << ": " << par;
+      } else {
+        EXPECT_NE(par.find("int "), std::string::npos) << name << " arg " << i << ": " << par;
+        EXPECT_EQ(par.find("long"), std::string::npos) << name << " arg " << i << ": " << par;
+      }
+    }
+    EXPECT_EQ(used.size(), buffers.size()) << name << ": every buffer is passed";
+  }
+}
+
+TEST(AttnBwdFamilies, ProblemsAreCheckedWithReasons) {
+  const auto& dq = fam("attn_bwd_dq");
+  const std::map<std::string, std::int64_t> ok{{"batch", 1}, {"heads_q", 4}, {"seq_q", 10}, {"head_dim", 64}};
+  EXPECT_EQ(dq.check_problem(problem(dq, ok)), std::nullopt);
+  EXPECT_NE(dq.check_problem(problem(dq, ok, core::DType::f32)).value_or("").find("f16 and bf16"), std::string::npos);
+  auto d256 = ok;
+  d256["head_dim"] = 256;
+  EXPECT_NE(dq.check_problem(problem(dq, d256)).value_or("").find("head_dim 256"), std::string::npos);
+  const auto& ds = fam("attn_bwd_dsink");
+  EXPECT_NE(ds.check_problem(problem(ds, ok)).value_or("").find("learned_sinks"), std::string::npos);
+}
+
+TEST(AttnBwdFamilies, EveryDefaultConfigIsRejectedWithAReasonOrCoversTheProblem) {
+  const auto dev = core::DeviceLimits::for_arch("sm_90a");
+  for (const char* name : kFamilies) {
+    const auto& f = fam(name);
+    int runnable = 0;
+    for (std::int64_t hd : {16, 32, 64, 128})
+      for (std::int64_t seq : {1, 100, 1000}) {
+        const auto p = problem(f, {{"batch", 3}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", seq}, {"seq_k", seq + 7},
+                                   {"head_dim", hd}, {"learned_sinks", 1}});
+        for (const auto& c : default_space(f)) {
+          const std::string what = std::string(name) + " " + p.key() + " " + c.key();
+          if (const auto why = f.can_run(c, p, dev)) {
+            EXPECT_FALSE(why->empty()) << what;
+            continue;
+          }
+          ++runnable;
+          const auto s = f.launch_shape(c, p, dev);
+          EXPECT_EQ(s.threads_per_block(), 32 * c.at("num_warps")) << what;
+          EXPECT_LE(s.dynamic_smem_bytes, unsigned(dev.max_shared_per_block_optin)) << what;
+          if (f.name() == "attn_bwd_dkdv") {
+            EXPECT_EQ(std::int64_t(s.grid[0]), (p.at("seq_k") + c.at("block_n") - 1) / c.at("block_n")) << what;
+            EXPECT_EQ(s.grid[1], 2u) << what;
+            EXPECT_EQ(s.grid[2], 3u) << what;
+          } else if (f.name() == "attn_bwd_dsink") {
+            EXPECT_EQ(s.grid[0], 8u) << what;
+          } else {
+            EXPECT_EQ(std::int64_t(s.grid[0]), (seq + c.at("block_m") - 1) / c.at("block_m")) << what;
+            EXPECT_EQ(s.grid[1], 8u) << what;
+          }
+        }
+      }
+    EXPECT_GT(runnable, 0) << name;
+  }
+}
+
+TEST(AttnBwdFamilies, CanRunRejectsBadConfigsWithReasons) {
+  const auto dev = core::DeviceLimits::for_arch("sm_80");
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  const auto p = problem(dkdv, {{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}});
+  const core::Config ok{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}}};
+  EXPECT_EQ(dkdv.can_run(ok, p, dev), std::nullopt);
+  const core::Config deep{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
+  EXPECT_NE(dkdv.can_run(deep, p, dev).value_or("").find("registers"), std::string::npos);
+  const core::Config rows{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 8}, {"num_stages", 2}}};
+  EXPECT_NE(dkdv.can_run(rows, p, dev).value_or("").find("rows per warp"), std::string::npos);
+  const core::Config regs{{{"block_m", 128}, {"block_n", 128}, {"num_warps", 4}, {"num_stages", 1}}};
+  EXPECT_NE(dkdv.can_run(regs, p, dev).value_or("").find("registers"), std::string::npos);
+  const auto& dq = fam("attn_bwd_dq");
+  const core::Config smem{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 4}, {"num_stages", 4}}};
+  EXPECT_NE(dq.can_run(smem, p, dev).value_or("").find("shared memory"), std::string::npos);
+}
+
+// The runner's data path on the CPU: inputs filled as it fills them, both references, the pass rule.
+TEST(AttnBwdReference, SamePrecisionPassesAndAPerturbedOutputFails) {
+  for (const char* name : kFamilies)
+    for (core::DType d : {core::DType::f16, core::DType::bf16})
+      for (int variant = 0; variant < 3; ++variant) {
+        const auto& f = fam(name);
+        std::map<std::string, std::int64_t> dims{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 37},
+                                                 {"seq_k", 45}, {"head_dim", 16}, {"learned_sinks", 1}};
+        if (variant == 1) dims["causal"] = 1, dims["window"] = 8, dims["sink_tokens"] = 3;
+        if (variant == 2) dims["sink_bias"] = 20, dims["heads_kv"] = 1;
+        const auto p = problem(f, dims, d);
+        std::vector<kernels::HostTensor> in, ref64, naive;
+        flashtune::testing::make_tensors(f, p, 5 + variant, in, ref64);
+        naive = ref64;
+        f.reference(p, in, ref64, kernels::RefPrecision::f64);
+        f.reference(p, in, naive, kernels::RefPrecision::same);
+        for (std::size_t o = 0; o < ref64.size(); ++o) {
+          const std::string what = std::string(name) + " " + p.key() + " output " + std::to_string(o);
+          const auto ok = reference::compare(naive[o].values, ref64[o].values, naive[o].values, f.default_atol(p),
+                                             ref64[o].checked);
+          EXPECT_TRUE(ok.passed) << what;
+          EXPECT_LE(ok.naive_err, 2 * f.default_atol(p)) << what;
+          double biggest = 0;
+          for (double v : ref64[o].values) biggest = std::max(biggest, std::abs(v));
+          EXPECT_GT(biggest, 10 * f.default_atol(p)) << what << ": outputs too small to check anything";
+          auto bad = naive[o].values;
+          bad[bad.size() / 2] += 3 * ok.tolerance + 1e-3;
+          EXPECT_FALSE(reference::compare(bad, ref64[o].values, naive[o].values, f.default_atol(p)).passed) << what;
+        }
+      }
+}
+
+// The dkdv / dq references are the naive backward with an O whose rowsum(dO * O) is the D input, and on
+// sampled rows equal the whole computation.
+TEST(AttnBwdReference, GradientStagesMatchTheNaiveBackwardAndSampleRowsWhenLarge) {
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  const auto& dq = fam("attn_bwd_dq");
+  const auto p = problem(dkdv, {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 29}, {"seq_k", 41},
+                                {"head_dim", 32}, {"causal", 1}, {"window", 9}, {"sink_tokens", 2}});
+  std::vector<kernels::HostTensor> in, out_kv, out_q;
+  flashtune::testing::make_tensors(dkdv, p, 3, in, out_kv);
+  out_q.push_back(out_kv[0]);
+  out_q[0].values.resize(in[kernels::attn_bwd::kQ].values.size());
+  dkdv.reference(p, in, out_kv, kernels::RefPrecision::f64);
+  dq.reference(p, in, out_q, kernels::RefPrecision::f64);
+  // Direct: D = rowsum(dO * O) recomputed from a consistent O must be the D input.
+  reference::AttnShape s;
+  s.batch = 1, s.heads_q = 4, s.heads_kv = 2, s.seq_q = 29, s.seq_k = 41, s.head_dim = 32;
+  s.causal = true, s.window = 9, s.sink_tokens = 2;
+  std::vector<double> o(in[kernels::attn_bwd::kDout].values.size());
+  const auto& dout = in[kernels::attn_bwd::kDout].values;
+  const auto& delta = in[kernels::attn_bwd::kDelta].values;
+  for (std::size_t r = 0; r < delta.size(); ++r) {  // O = D e_0 / dO_0: rowsum(dO * O) = D again
+    o[r * 32] = delta[r] / dout[r * 32];
+  }
+  reference::AttnGrads g;
+  reference::attention_backward_naive<double>(s, in[0].values, in[1].values, in[2].values, {}, o, in[4].values, dout, g);
+  for (std::size_t i = 0; i < g.dk.size(); ++i) {
+    ASSERT_NEAR(out_kv[0].values[i], g.dk[i], 1e-12) << i;
+    ASSERT_NEAR(out_kv[1].values[i], g.dv[i], 1e-12) << i;
+  }
+  for (std::size_t i = 0; i < g.dq.size(); ++i) ASSERT_NEAR(out_q[0].values[i], g.dq[i], 1e-12) << i;
+  EXPECT_TRUE(out_kv[0].checked.empty());
+  EXPECT_TRUE(out_q[0].checked.empty());
+
+  // Large: only sampled rows are computed and marked.
+  const auto big = problem(dq, {{"batch", 1}, {"heads_q", 8}, {"seq_q", 4096}, {"head_dim", 128}});
+  std::vector<kernels::HostTensor> bin, bout;
+  flashtune::testing::make_tensors(dq, big, 4, bin, bout);
+  dq.reference(big, bin, bout, kernels::RefPrecision::f64);
+  ASSERT_EQ(bout[0].checked.size(), bout[0].values.size());
+  std::size_t marked = 0;
+  for (auto c : bout[0].checked) marked += c;
+  EXPECT_GT(marked, 0u);
+  EXPECT_LT(marked, bout[0].values.size());
+  EXPECT_EQ(bout[0].checked[0], 1);
+  EXPECT_EQ(bout[0].checked.back(), 1);
+}
+
+// Every mask variant (causal x window) of each kernel at every head dim compiles for both archs without
+// spills; and every default config of dkdv and dq that can_run accepts compiles without spills at the
+// head dims where registers are tightest (64, 128), in the heaviest variant.
+TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
+  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  for (const std::string arch : {"sm_80", "sm_90a"}) {
+    const auto dev = core::DeviceLimits::for_arch(arch);
+    std::vector<std::string> names;
+    auto add = [&](const kernels::KernelFamily& f, const core::Config& c, const core::Problem& p) {
+      if (f.can_run(c, p, dev)) return;
+      names.push_back(f.specialize(c, p).name_expression);
+    };
+    for (core::DType d : {core::DType::f16, core::DType::bf16})
+      for (std::int64_t hd : {16, 32, 64, 128})
+        for (int variant = 0; variant < 4; ++variant)
+          for (const char* name : kFamilies) {
+            const auto& f = fam(name);
+            std::map<std::string, std::int64_t> dims{{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", hd},
+                                                     {"learned_sinks", 1}};
+            if (variant & 1) dims["causal"] = 1;
+            if (variant & 2) dims["window"] = 16, dims["sink_tokens"] = 4;
+            const auto p = problem(f, dims, d);
+            const auto space = default_space(f);
+            if (std::string(name) == "attn_bwd_dkdv" || std::string(name) == "attn_bwd_dq") {
+              if (variant == 3 && d == core::DType::bf16 && hd >= 64)
+                for (const auto& c : space) add(f, c, p);
+              else
+                add(f, core::Config{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 2}, {"num_stages", 2}}}, p);
+            } else if (variant == 0) {
+              for (const auto& c : space) add(f, c, p);
+            }
+          }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    std::vector<std::string> inst;
+    for (const auto& n : names) {
+      const std::string kernel = n.substr(0, n.find('<'));
+      const bool pre = kernel == "attn_bwd_preprocess_kernel", sink = kernel == "attn_bwd_dsink_kernel";
+      const std::string t = sink ? "" : n.substr(n.find('<') + 1, n.find(',') - n.find('<') - 1);
+      std::string params;
+      if (pre) params = "const " + t + "*, const " + t + "*, float*, int, int, long long, long long, long long";
+      else if (sink) params = "const float*, const float*, const float*, float*, int, int, int";
+      else {
+        params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, const float*, " + t + "*, ";
+        if (kernel == "attn_bwd_dkdv_kernel") params += t + "*, ";
+        params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
+      }
+      inst.push_back("template __global__ void " + n + "(" + params + ");");
+    }
+    ASSERT_GE(inst.size(), 60u) << arch;
+    const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst, arch);
+    ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log.substr(0, 4000);
+    EXPECT_EQ(r.entries, int(inst.size())) << arch;
+    EXPECT_EQ(r.spilling, 0) << arch << "\n" << spilling_kernels(r.record.log);
+    EXPECT_LE(r.max_registers, 255) << arch;
+  }
+}
