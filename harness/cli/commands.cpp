@@ -10,12 +10,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "db/store.hpp"
+#include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
 #include "harness/cuda/device.hpp"
@@ -40,7 +42,7 @@ commands:
   run EXPERIMENT.yaml   tune and measure the experiment's kernels, record every trial
   devices               list the GPUs the driver sees (and why none, if none)
   kernels [FAMILY]      list kernel families, their tunables and constraints
-  query WHAT            runs | trials RUN | best | sql "SELECT ..." from the database
+  query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
   export                best configs per problem and GPU, as JSON or CSV, for other projects
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
@@ -215,36 +217,92 @@ int cmd_kernels(const std::vector<std::string>& args) {
 
 Table to_table(const db::QueryResult& q) { return Table{q.columns, q.rows}; }
 
+std::int64_t run_id_arg(const std::string& what, const std::string& arg) {
+  if (arg.empty()) throw core::UserError("query " + what + " needs a run id (flashtune query runs lists them)");
+  try {
+    std::size_t used = 0;
+    const std::int64_t id = std::stoll(arg, &used);
+    if (used == arg.size() && id > 0) return id;
+  } catch (const std::exception&) {
+  }
+  throw core::UserError("query " + what + ": '" + arg + "' is not a run id");
+}
+
+// The run's strategy per family, read from its experiment file when that file still loads; else none.
+std::map<std::string, std::string> strategies_of_run(const std::vector<TrialRow>& trials) {
+  std::map<std::string, std::string> out;
+  if (trials.empty() || trials.front().experiment_path.empty()) return out;
+  try {
+    const auto exp = experiment::load_experiment(trials.front().experiment_path);
+    for (const auto& s : exp.studies) out.emplace(s.family, s.strategy.name);
+  } catch (const std::exception&) {
+    // the file moved or changed beyond parsing: the rows say "unknown"
+  }
+  return out;
+}
+
 int cmd_query(const std::vector<std::string>& args) {
   po::options_description opts("query options");
-  std::string what, arg, db, format, family;
+  std::string what, db, format, family;
+  std::vector<std::string> rest;
   opts.add_options()
-      ("what", po::value(&what)->required(), "runs | trials | best | sql")
-      ("arg", po::value(&arg), "run id (trials) or a SELECT statement (sql)")
+      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | sql")
+      ("arg", po::value(&rest)->multitoken(), "run id(s), FAMILY and a config or problem key, or a SELECT statement")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
       ("family", po::value(&family), "best: only this kernel family")
       ("format", po::value(&format)->default_value("table"), "table | csv | json");
   po::positional_options_description pos;
-  pos.add("what", 1).add("arg", 1);
+  pos.add("what", 1).add("arg", -1);
   po::variables_map vm;
-  if (!parse(args, opts, pos, vm, "flashtune query runs|trials RUN|best|sql \"SELECT ...\" [options]",
+  if (!parse(args, opts, pos, vm,
+             "flashtune query runs | trials RUN | best | compare RUN_A RUN_B | convergence RUN |\n"
+             "                      config FAMILY CONFIG_KEY | problem FAMILY PROBLEM_KEY | sql \"SELECT ...\" [options]",
              "  flashtune query runs\n  flashtune query trials 3 --format csv\n  flashtune query best --family softmax\n"
-             "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"))
+             "  flashtune query compare 3 5            # run 5 against run 3, config by config, within noise\n"
+             "  flashtune query convergence 5 --format csv\n"
+             "  flashtune query config attn_fwd block_m=64,block_n=64,num_stages=2,num_warps=4\n"
+             "  flashtune query problem softmax cols=4096,rows=16384,dtype=f32\n"
+             "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
+             "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
+             "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
+             "to stderr with --format csv|json.\n"))
     return 0;
   const Format f = parse_format(format);
+  const std::string arg = rest.empty() ? "" : rest.front();
+  auto need = [&](std::size_t n, const std::string& what_args) {
+    if (rest.size() != n) throw core::UserError("query " + what + " needs " + what_args);
+  };
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db);
   if (what == "runs") print_table(std::cout, to_table(store.runs()), f);
   else if (what == "trials") {
-    if (arg.empty()) throw core::UserError("query trials needs a run id (flashtune query runs lists them)");
-    std::int64_t id = 0;
-    try { id = std::stoll(arg); } catch (...) { throw core::UserError("query trials: '" + arg + "' is not a run id"); }
-    print_table(std::cout, to_table(store.trials(id)), f);
+    print_table(std::cout, to_table(store.trials(run_id_arg(what, arg))), f);
   } else if (what == "best") print_table(std::cout, to_table(store.best(family)), f);
-  else if (what == "sql") {
+  else if (what == "compare") {
+    need(2, "two run ids: RUN_A RUN_B");
+    const auto a = run_id_arg(what, rest[0]), b = run_id_arg(what, rest[1]);
+    const auto ta = load_trials(store, a), tb = load_trials(store, b);
+    if (ta.empty()) throw core::UserError("query compare: run " + rest[0] + " has no trials");
+    if (tb.empty()) throw core::UserError("query compare: run " + rest[1] + " has no trials");
+    std::string summary;
+    print_table(std::cout, compare_runs(ta, tb, &summary), f);
+    (f == Format::table ? std::cout : std::cerr) << "A = run " << a << ", B = run " << b << ". " << summary << '\n';
+  } else if (what == "convergence") {
+    need(1, "a run id");
+    const auto trials = load_trials(store, run_id_arg(what, arg));
+    if (trials.empty()) throw core::UserError("query convergence: run " + arg + " has no trials");
+    print_table(std::cout, convergence(trials, strategies_of_run(trials)), f);
+  } else if (what == "config" || what == "problem") {
+    need(2, std::string("FAMILY and a ") + (what == "config" ? "config key (block_m=64,num_warps=4)" : "problem key (rows=4096,cols=4096,dtype=f32)"));
+    const auto trials = load_trials(store, 0, rest[0]);
+    if (trials.empty()) throw core::UserError("query " + what + ": no trials of family '" + rest[0] + "'");
+    const Table t = what == "config" ? config_across_problems(trials, rest[0], rest[1]) : problem_configs(trials, rest[0], rest[1]);
+    if (t.rows.empty()) throw core::UserError("query " + what + ": no trial of " + rest[0] + " matches '" + rest[1] + "'");
+    print_table(std::cout, t, f);
+  } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
     print_table(std::cout, to_table(store.sql(arg)), f);
-  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, sql)");
+  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, sql)");
   return 0;
 }
 
