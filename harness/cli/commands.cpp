@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "db/store.hpp"
+#include "harness/cli/export.hpp"
 #include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
@@ -43,7 +44,7 @@ commands:
   devices               list the GPUs the driver sees (and why none, if none)
   kernels [FAMILY]      list kernel families, their tunables and constraints
   query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
-  export                best configs per problem and GPU, as JSON or CSV, for other projects
+  export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
@@ -306,75 +307,46 @@ int cmd_query(const std::vector<std::string>& args) {
   return 0;
 }
 
-// "cols=4096,rows=16384,dtype=f32" -> {"cols":4096,"rows":16384,"dtype":"f32"}
-nlohmann::json key_to_json(const std::string& key) {
-  nlohmann::json o = nlohmann::json::object();
-  std::istringstream in(key);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) continue;
-    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    try {
-      std::size_t used = 0;
-      const long long n = std::stoll(v, &used);
-      if (used == v.size()) { o[k] = n; continue; }
-    } catch (...) {
-    }
-    o[k] = v;
-  }
-  return o;
-}
-
 int cmd_export(const std::vector<std::string>& args) {
   po::options_description opts("export options");
   std::string db, format, out, family;
   opts.add_options()
-      ("format", po::value(&format)->default_value("json"), "json | csv")
-      ("out,o", po::value(&out), "output file (default: standard output)")
+      ("format", po::value(&format)->default_value("json"),
+       "json | csv | header | course-softmax-matmul | course-attention")
+      ("out,o", po::value(&out), "output file (default: standard output; the course formats: the course's path)")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
-      ("family", po::value(&family), "only this kernel family");
+      ("family", po::value(&family), "only this kernel family (json, csv, header)");
   po::variables_map vm;
-  if (!parse(args, opts, {}, vm, "flashtune export --format json|csv [--out FILE] [options]",
-             "  flashtune export --format json --out best.json\n  flashtune export --format csv --family softmax\n"))
+  if (!parse(args, opts, {}, vm, "flashtune export --format json|csv|header|course-softmax-matmul|course-attention [--out FILE]",
+             "  flashtune export --format json --out best.json\n  flashtune export --format csv --family softmax\n"
+             "  flashtune export --format header --out flashtune_best_configs.hpp   # constexpr table + lookup()\n"
+             "  flashtune export --format course-softmax-matmul   # -> outputs/softmax_matmul_benchmark.csv\n"
+             "  flashtune export --format course-attention        # -> outputs/csv/attention_benchmark.csv\n"))
     return 0;
-  if (format != "json" && format != "csv") throw core::UserError("export --format must be json or csv, not '" + format + "'");
+  const bool course = format == "course-softmax-matmul" || format == "course-attention";
+  if (format != "json" && format != "csv" && format != "header" && !course)
+    throw core::UserError("export --format must be json, csv, header, course-softmax-matmul or course-attention, not '" +
+                          format + "'");
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db);
-  const auto best = store.best(family);
-  std::ostringstream text;
-  if (format == "csv") {
-    print_table(text, to_table(best), Format::csv);
-  } else {
-    nlohmann::json doc;
-    doc["generator"] = "flashtune";
-    doc["schema"] = 1;
-    doc["lookup_rule"] =
-        "match family, stage and gpu; take the entry with the same dtype and problem dims; otherwise the entry of "
-        "the same dtype whose dims are nearest in sum of |log2(a/b)| over the dims";
-    nlohmann::json entries = nlohmann::json::array();
-    for (const auto& row : best.rows) {
-      nlohmann::json e = nlohmann::json::object();
-      for (std::size_t i = 0; i < best.columns.size() && i < row.size(); ++i) {
-        const auto& c = best.columns[i];
-        if (c == "problem" || c == "config") e[c] = key_to_json(row[i]);
-        else {
-          char* end = nullptr;
-          const double v = std::strtod(row[i].c_str(), &end);
-          if (!row[i].empty() && end && *end == '\0' && c != "source_hash") e[c] = v;
-          else e[c] = row[i];
-        }
-      }
-      entries.push_back(std::move(e));
-    }
-    doc["entries"] = std::move(entries);
-    text << doc.dump(2) << '\n';
-  }
-  if (out.empty()) std::cout << text.str();
+  const auto trials = load_trials(store, 0, course ? "" : family);
+  const auto best = best_per_problem(trials);
+  std::string text;
+  if (format == "json") text = export_json(best);
+  else if (format == "csv") text = export_csv(best);
+  else if (format == "header") text = export_header(best, db);
+  else if (format == "course-softmax-matmul") text = course_softmax_matmul_csv(trials);
+  else text = course_attention_csv(trials);
+  if (out.empty() && course)
+    out = format == "course-attention" ? "outputs/csv/attention_benchmark.csv" : "outputs/softmax_matmul_benchmark.csv";
+  if (out.empty()) std::cout << text;
   else {
-    std::ofstream f(out);
-    if (!(f << text.str())) throw core::UserError("cannot write " + out);
-    std::cerr << "wrote " << best.rows.size() << " best configs to " << out << '\n';
+    const std::filesystem::path path(out);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    std::ofstream f(path);
+    if (!(f << text)) throw core::UserError("cannot write " + out);
+    if (course) std::cerr << "wrote " << out << '\n';
+    else std::cerr << "wrote " << best.size() << " best configs to " << out << '\n';
   }
   return 0;
 }
