@@ -18,6 +18,7 @@
 
 #include "db/store.hpp"
 #include "harness/cli/export.hpp"
+#include "harness/cli/grade.hpp"
 #include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
@@ -45,6 +46,7 @@ commands:
   kernels [FAMILY]      list kernel families, their tunables and constraints
   query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
   export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
+  grade                 the GStar grader's report (pass/fail per test case, benchmark vs naive) from the db
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
@@ -351,6 +353,24 @@ int cmd_export(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_grade(const std::vector<std::string>& args) {
+  po::options_description opts("grade options");
+  std::string db;
+  std::int64_t run = 0;
+  opts.add_options()
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("run", po::value(&run)->default_value(0), "only this run's trials (0: every run)");
+  po::variables_map vm;
+  if (!parse(args, opts, {}, vm, "flashtune grade [--db DB] [--run RUN]",
+             "  flashtune run experiments/attention/gstar_forward.yaml && flashtune grade\n"
+             "  flashtune grade --db results.sqlite --run 4\n"))
+    return 0;
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  std::cout << gstar_report(load_trials(store, run));
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -372,6 +392,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "kernels") return cmd_kernels(args);
     if (cmd == "query") return cmd_query(args);
     if (cmd == "export") return cmd_export(args);
+    if (cmd == "grade") return cmd_grade(args);
     if (cmd == "replay") return cmd_replay(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
