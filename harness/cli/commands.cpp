@@ -19,6 +19,7 @@
 #include "db/store.hpp"
 #include "harness/cli/export.hpp"
 #include "harness/cli/grade.hpp"
+#include "harness/cli/report.hpp"
 #include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
@@ -46,6 +47,7 @@ commands:
   kernels [FAMILY]      list kernel families, their tunables and constraints
   query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
   export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
+  report RUN|EXP --out DIR   PNG plots (gnuplot) and an HTML page of a run or an experiment
   grade                 the GStar grader's report (pass/fail per test case, benchmark vs naive) from the db
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
@@ -371,6 +373,60 @@ int cmd_grade(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The first executable `name` on PATH; "" when none.
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    const auto p = std::filesystem::path(d.empty() ? "." : d) / name;
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return "";
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  po::options_description opts("report options");
+  std::string what, db, out;
+  opts.add_options()
+      ("what", po::value(&what)->required(), "a run id, or an experiment name (every run of it)")
+      ("out,o", po::value(&out)->required(), "output folder (created): index.html, *.png, their data and scripts")
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("quiet,q", "no progress lines");
+  po::positional_options_description pos;
+  pos.add("what", 1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune report RUN|EXPERIMENT --out DIR [--db DB]",
+             "  flashtune report 3 --out reports/run3 && xdg-open reports/run3/index.html\n"
+             "  flashtune report gstar_benchmark --out reports/gstar   # every run of the experiment\n"))
+    return 0;
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) throw core::UserError("report needs gnuplot on PATH (Debian: apt-get install gnuplot-nox; tools/install_deps.sh)");
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  std::vector<TrialRow> trials;
+  std::string title;
+  std::size_t used = 0;
+  long long id = 0;
+  try { id = std::stoll(what, &used); } catch (const std::exception&) { used = 0; }
+  if (used == what.size() && id > 0) {
+    trials = load_trials(store, id);
+    if (trials.empty()) throw core::UserError("report: run " + what + " has no trials (flashtune query runs lists them)");
+    title = "run " + what + " (" + trials.front().experiment + ")";
+  } else {
+    for (auto& t : load_trials(store))
+      if (t.experiment == what) trials.push_back(std::move(t));
+    if (trials.empty()) throw core::UserError("report: '" + what + "' is neither a run id nor the name of an experiment with trials");
+    title = "experiment " + what;
+  }
+  ReportOptions ro;
+  ro.out_dir = out;
+  ro.title = title;
+  ro.gnuplot = gnuplot;
+  ro.progress = vm.count("quiet") == 0;
+  write_report(trials, strategies_of_run(trials), ro);
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -393,6 +449,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "query") return cmd_query(args);
     if (cmd == "export") return cmd_export(args);
     if (cmd == "grade") return cmd_grade(args);
+    if (cmd == "report") return cmd_report(args);
     if (cmd == "replay") return cmd_replay(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
