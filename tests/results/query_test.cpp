@@ -122,3 +122,23 @@ TEST_F(QueryTest, SqlStillRefusesWrites) {
   const auto n = run_cli(q("sql \"SELECT count(*) AS n FROM trials WHERE median_ms = 0\" --format csv"));
   EXPECT_EQ(n.out, "n\n0\n");
 }
+
+TEST(QueryConvergence, NamesTheStrategyOfACompileOnlyRunFromItsExperiment) {
+  Temp tmp("convergence");
+  const fs::path yaml = tmp.dir / "tiny.yaml";
+  std::ofstream(yaml) << "name: tiny_random\nstudies:\n  - family: weighted_row_sum\n    problems: [{rows: 64, cols: 64}]\n"
+                         "    space: {block_threads: [128, 256], rows_per_block: [1], vec: [4]}\n"
+                         "    strategy: {name: random, budget_trials: 2, seed: 3}\n";
+  const std::string db = (tmp.dir / "c.sqlite").string();
+  const auto run = run_cli("run " + yaml.string() + " --compile-only --arch sm_80 --db " + db + " --cache " + (tmp.dir / "cache").string());
+  ASSERT_EQ(run.status, 0) << run.out;
+  const auto r = run_cli("query convergence 1 --format json --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("strategy"), "random");
+    EXPECT_EQ(row.at("status"), "compiled");
+    EXPECT_TRUE(row.at("best_so_far_ms").is_null()) << "nothing was timed";
+  }
+}
