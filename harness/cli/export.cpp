@@ -84,6 +84,7 @@ std::string export_json(const std::vector<TrialRow>& best) {
     ev["gbps"] = t.gbps ? nlohmann::json(*t.gbps) : nlohmann::json(nullptr);
     ev["max_abs_err"] = t.max_abs_err ? nlohmann::json(*t.max_abs_err) : nlohmann::json(nullptr);
     ev["tolerance"] = t.tolerance ? nlohmann::json(*t.tolerance) : nlohmann::json(nullptr);
+    ev["copy_ratio"] = t.gbps && t.copy_gbps && *t.copy_gbps > 0 ? nlohmann::json(*t.gbps / *t.copy_gbps) : nlohmann::json(nullptr);
     ev["device_bytes"] = t.device_bytes;
     ev["run_id"] = t.run_id;
     ev["trial_id"] = t.trial_id;

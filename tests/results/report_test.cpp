@@ -113,3 +113,12 @@ TEST(Report, RefusesUnknownRunsAndCompileOnlyData) {
   EXPECT_EQ(by_name.status, 0) << by_name.out;
   EXPECT_TRUE(fs::exists(tmp.dir / "e" / "index.html"));
 }
+
+TEST(Report, NewSubcommandsHaveHelpWithExamples) {
+  for (const char* sub : {"report", "grade", "export", "query"}) {
+    const auto h = run_cli(std::string(sub) + " --help");
+    EXPECT_EQ(h.status, 0) << sub;
+    EXPECT_NE(h.out.find("examples:"), std::string::npos) << sub;
+  }
+  EXPECT_NE(run_cli("--help").out.find("report RUN|EXP --out DIR"), std::string::npos);
+}
