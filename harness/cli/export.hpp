@@ -21,7 +21,8 @@ std::string export_header(const std::vector<TrialRow>& best, const std::string& 
 
 /// outputs/softmax_matmul_benchmark.csv of the course (part 1): batch_size, d1, d2, d3, triton, BLOCK,
 /// forward_ms_mean, forward_ms_std, forward_peak_MiB; one row per (problem, B = block_m = block_k) with
-/// the fastest config of that B, times empty where no config of that B ran.
+/// the fastest config of that B, times empty where no config of that B ran. Only fp32 problems with the
+/// default x_range (the course's benchmark).
 std::string course_softmax_matmul_csv(const std::vector<TrialRow>& trials);
 /// outputs/csv/attention_benchmark.csv of the course (part 3): implementation, d_model, seq_len,
 /// forward_ms, forward_peak_MiB, backward_ms, backward_peak_MiB, saved_activations_MiB, status, gpu.

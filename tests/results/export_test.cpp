@@ -107,6 +107,14 @@ int main() {
 }
 
 TEST_F(ExportTest, CourseSoftmaxMatmulCsvHasTheCourseColumnsAndEmptyFailures) {
+  {  // an f16 problem is not the course's benchmark (fp32): it must not appear
+    flashtune::db::Store store(db);
+    flashtune::core::Problem p;
+    p.dims = {{"batch", 16}, {"d1", 2048}, {"d2", 256}, {"d3", 512}};
+    p.dtype = flashtune::core::DType::f16;
+    flashtune::core::Config c{{{"block_m", 16}, {"block_k", 16}, {"block_n", 64}, {"num_warps", 4}}};
+    store.record_trial(make_trial(fx.run2, "softmax_matmul", p, c, TrialStatus::ok, 0.5));
+  }
   const fs::path out = tmp.dir / "outputs" / "softmax_matmul_benchmark.csv";
   const auto r = run_cli("export --format course-softmax-matmul --out " + out.string() + " --db " + db);
   ASSERT_EQ(r.status, 0) << r.out;
