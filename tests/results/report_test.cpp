@@ -112,6 +112,15 @@ TEST(Report, RefusesUnknownRunsAndCompileOnlyData) {
   const auto by_name = run_cli("report results_fixture -q --out " + (tmp.dir / "e").string() + " --db " + db);
   EXPECT_EQ(by_name.status, 0) << by_name.out;
   EXPECT_TRUE(fs::exists(tmp.dir / "e" / "index.html"));
+  // a compile-only run has no timings: nothing to plot, said in one line
+  const fs::path yaml = tmp.dir / "tiny.yaml";
+  std::ofstream(yaml) << "name: tiny\nstudies:\n  - family: weighted_row_sum\n    problems: [{rows: 64, cols: 64}]\n"
+                         "    space: {block_threads: [128], rows_per_block: [1], vec: [4]}\n";
+  const std::string cdb = (tmp.dir / "c.sqlite").string();
+  ASSERT_EQ(run_cli("run " + yaml.string() + " --compile-only --arch sm_80 --db " + cdb + " --cache " + (tmp.dir / "cache").string()).status, 0);
+  const auto c = run_cli("report 1 --out " + (tmp.dir / "c").string() + " --db " + cdb);
+  EXPECT_EQ(c.status, 2);
+  EXPECT_NE(c.out.find("nothing to plot"), std::string::npos) << c.out;
 }
 
 TEST(Report, NewSubcommandsHaveHelpWithExamples) {
