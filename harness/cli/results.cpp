@@ -254,12 +254,15 @@ Table problem_configs(const std::vector<TrialRow>& trials, const std::string& fa
   Table out{{"rank", "stage", "gpu", "config", "status", "median_ms", "tflops", "gbps", "max_abs_err", "slowdown", "run_id",
              "trial_id", "reason"},
             {}};
+  std::map<std::pair<std::string, std::string>, double> fastest;  // (stage, gpu) -> best median: slowdowns stay per GPU
+  for (const auto& t : rows)
+    if (t.measured() && !fastest.count({t.stage, t.gpu})) fastest[{t.stage, t.gpu}] = *t.median_ms;
   int rank = 0;
   for (const auto& t : rows) {
     const bool m = t.measured();
     out.rows.push_back({m ? std::to_string(++rank) : "", t.stage, t.gpu, t.config, t.status, m ? num(t.median_ms, 6) : "",
                         num(t.tflops), num(t.gbps), num(t.max_abs_err, 3),
-                        m ? num(*t.median_ms / *rows.front().median_ms, 4) : "", std::to_string(t.run_id),
+                        m ? num(*t.median_ms / fastest.at({t.stage, t.gpu}), 4) : "", std::to_string(t.run_id),
                         std::to_string(t.trial_id), t.reason});
   }
   return out;

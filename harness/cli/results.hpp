@@ -63,7 +63,8 @@ Table convergence(const std::vector<TrialRow>& trials, const std::map<std::strin
 Table config_across_problems(const std::vector<TrialRow>& trials, const std::string& family,
                              const std::string& config_key);
 
-/// Every config measured on one problem, fastest first, with its rank and slowdown against the best.
+/// Every trial of one problem, measured ones fastest first (rank), each with its slowdown against the
+/// fastest of its stage and GPU; failed trials after them with their reasons.
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key);
 
 /// printf-style "%.<digits>g" of v; "" when absent.
