@@ -110,7 +110,10 @@ TEST_F(QueryTest, ProblemRanksConfigsFastestFirst) {
   ASSERT_GE(rows.size(), 8u);
   EXPECT_EQ(rows[0].at("rank"), 1);
   EXPECT_EQ(rows[0].at("config"), attn_config(128, 64, 4).key());
-  EXPECT_NE(row_where(rows, "config", attn_config(64, 32, 8).key()), nullptr);
+  const auto slowest = row_where(rows, "config", attn_config(64, 32, 8).key());
+  ASSERT_NE(slowest, nullptr);
+  EXPECT_NEAR(slowest.at("slowdown").get<double>(), 0.18 / 0.10, 1e-3);  // 0.6 x (0.1 + 0.05 + 0.02 + 0.01) vs 0.6 x 0.1
+  EXPECT_EQ(slowest.at("rank"), 8);
   const auto table = run_cli(q("problem attn_fwd " + attn_problem(1024, 1).key()));
   EXPECT_EQ(table.status, 0);
   EXPECT_NE(table.out.find("rank"), std::string::npos);
