@@ -374,6 +374,27 @@ QueryResult Store::best(const std::string& family_filter) const {
   return collect(s);
 }
 
+QueryResult Store::measurements(std::int64_t run_id, const std::string& family_filter) const {
+  auto full = [](const std::string& col) {
+    return "CASE WHEN " + col + " IS NULL THEN NULL ELSE printf('%.17g', " + col + ") END";
+  };
+  Stmt s(m_impl->db,
+         "SELECT t.id AS trial_id, t.run_id, r.experiment_name AS experiment, r.experiment_path, "
+         "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END AS gpu, t.family, t.stage, "
+         "p.key AS problem, c.key AS config, t.status, t.reason, " +
+             full("t.median_ms") + " AS median_ms, " + full("t.iqr_ms") + " AS iqr_ms, " +
+             full("t.mean_ms") + " AS mean_ms, " + full("t.rel_stdev") + " AS rel_stdev, t.n_samples, " +
+             full("t.tflops") + " AS tflops, " + full("t.gbps") + " AS gbps, " + full("t.max_abs_err") +
+             " AS max_abs_err, " + full("t.tolerance") + " AS tolerance, t.device_bytes, "
+             "coalesce(t.stopped_early, 0) AS stopped_early, t.source_hash, " +
+             full("r.copy_gbps") + " AS copy_gbps "
+             "FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
+             "JOIN configs c ON c.id = t.config_id "
+             "WHERE (?1 = 0 OR t.run_id = ?1) AND (?2 = '' OR t.family = ?2) ORDER BY t.id");
+  s.bind(1, run_id).bind(2, family_filter);
+  return collect(s);
+}
+
 QueryResult Store::sql(const std::string& select) const {
   sqlite3* db = m_impl->db;
   const std::string refused =

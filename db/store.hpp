@@ -117,6 +117,11 @@ class Store {
   /// source_hash, copy_ratio (gbps / run's copy_gbps; "" when unknown), ok_trials.
   /// family_filter: exact family name; empty: all families.
   QueryResult best(const std::string& family_filter = "") const;
+  /// Every trial (run_id 0: of every run; family "": of every family) in id order, numbers at full
+  /// precision (%.17g) for computing on: trial_id, run_id, experiment, experiment_path, gpu, family,
+  /// stage, problem, config, status, reason, median_ms, iqr_ms, mean_ms, rel_stdev, n_samples, tflops,
+  /// gbps, max_abs_err, tolerance, device_bytes, stopped_early, source_hash, copy_gbps.
+  QueryResult measurements(std::int64_t run_id = 0, const std::string& family_filter = "") const;
   /// Runs one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA that only reads).
   /// Anything that could write (INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, PRAGMA x = y),
   /// or more than one statement, is refused with core::UserError before it runs.

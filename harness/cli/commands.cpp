@@ -10,12 +10,17 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
 #include "db/store.hpp"
+#include "harness/cli/export.hpp"
+#include "harness/cli/grade.hpp"
+#include "harness/cli/report.hpp"
+#include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
 #include "harness/cuda/device.hpp"
@@ -40,8 +45,10 @@ commands:
   run EXPERIMENT.yaml   tune and measure the experiment's kernels, record every trial
   devices               list the GPUs the driver sees (and why none, if none)
   kernels [FAMILY]      list kernel families, their tunables and constraints
-  query WHAT            runs | trials RUN | best | sql "SELECT ..." from the database
-  export                best configs per problem and GPU, as JSON or CSV, for other projects
+  query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
+  export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
+  report RUN|EXP --out DIR   PNG plots (gnuplot) and an HTML page of a run or an experiment
+  grade                 the GStar grader's report (pass/fail per test case, benchmark vs naive) from the db
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
@@ -215,109 +222,208 @@ int cmd_kernels(const std::vector<std::string>& args) {
 
 Table to_table(const db::QueryResult& q) { return Table{q.columns, q.rows}; }
 
+std::int64_t run_id_arg(const std::string& what, const std::string& arg) {
+  if (arg.empty()) throw core::UserError("query " + what + " needs a run id (flashtune query runs lists them)");
+  try {
+    std::size_t used = 0;
+    const std::int64_t id = std::stoll(arg, &used);
+    if (used == arg.size() && id > 0) return id;
+  } catch (const std::exception&) {
+  }
+  throw core::UserError("query " + what + ": '" + arg + "' is not a run id");
+}
+
+// The run's strategy per family, read from its experiment file when that file still loads; else none.
+std::map<std::string, std::string> strategies_of_run(const std::vector<TrialRow>& trials) {
+  std::map<std::string, std::string> out;
+  if (trials.empty() || trials.front().experiment_path.empty()) return out;
+  try {
+    const auto exp = experiment::load_experiment(trials.front().experiment_path);
+    for (const auto& s : exp.studies) out.emplace(s.family, s.strategy.name);
+  } catch (const std::exception&) {
+    // the file moved or changed beyond parsing: the rows say "unknown"
+  }
+  return out;
+}
+
 int cmd_query(const std::vector<std::string>& args) {
   po::options_description opts("query options");
-  std::string what, arg, db, format, family;
+  std::string what, db, format, family;
+  std::vector<std::string> rest;
   opts.add_options()
-      ("what", po::value(&what)->required(), "runs | trials | best | sql")
-      ("arg", po::value(&arg), "run id (trials) or a SELECT statement (sql)")
+      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | sql")
+      ("arg", po::value(&rest)->multitoken(), "run id(s), FAMILY and a config or problem key, or a SELECT statement")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
       ("family", po::value(&family), "best: only this kernel family")
       ("format", po::value(&format)->default_value("table"), "table | csv | json");
   po::positional_options_description pos;
-  pos.add("what", 1).add("arg", 1);
+  pos.add("what", 1).add("arg", -1);
   po::variables_map vm;
-  if (!parse(args, opts, pos, vm, "flashtune query runs|trials RUN|best|sql \"SELECT ...\" [options]",
+  if (!parse(args, opts, pos, vm,
+             "flashtune query runs | trials RUN | best | compare RUN_A RUN_B | convergence RUN |\n"
+             "                      config FAMILY CONFIG_KEY | problem FAMILY PROBLEM_KEY | sql \"SELECT ...\" [options]",
              "  flashtune query runs\n  flashtune query trials 3 --format csv\n  flashtune query best --family softmax\n"
-             "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"))
+             "  flashtune query compare 3 5            # run 5 against run 3, config by config, within noise\n"
+             "  flashtune query convergence 5 --format csv\n"
+             "  flashtune query config attn_fwd block_m=64,block_n=64,num_stages=2,num_warps=4\n"
+             "  flashtune query problem softmax cols=4096,rows=16384,dtype=f32\n"
+             "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
+             "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
+             "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
+             "to stderr with --format csv|json.\n"))
     return 0;
   const Format f = parse_format(format);
+  const std::string arg = rest.empty() ? "" : rest.front();
+  auto need = [&](std::size_t n, const std::string& what_args) {
+    if (rest.size() != n) throw core::UserError("query " + what + " needs " + what_args);
+  };
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db);
   if (what == "runs") print_table(std::cout, to_table(store.runs()), f);
   else if (what == "trials") {
-    if (arg.empty()) throw core::UserError("query trials needs a run id (flashtune query runs lists them)");
-    std::int64_t id = 0;
-    try { id = std::stoll(arg); } catch (...) { throw core::UserError("query trials: '" + arg + "' is not a run id"); }
-    print_table(std::cout, to_table(store.trials(id)), f);
+    print_table(std::cout, to_table(store.trials(run_id_arg(what, arg))), f);
   } else if (what == "best") print_table(std::cout, to_table(store.best(family)), f);
-  else if (what == "sql") {
+  else if (what == "compare") {
+    need(2, "two run ids: RUN_A RUN_B");
+    const auto a = run_id_arg(what, rest[0]), b = run_id_arg(what, rest[1]);
+    const auto ta = load_trials(store, a), tb = load_trials(store, b);
+    if (ta.empty()) throw core::UserError("query compare: run " + rest[0] + " has no trials");
+    if (tb.empty()) throw core::UserError("query compare: run " + rest[1] + " has no trials");
+    std::string summary;
+    print_table(std::cout, compare_runs(ta, tb, &summary), f);
+    (f == Format::table ? std::cout : std::cerr) << "A = run " << a << ", B = run " << b << ". " << summary << '\n';
+  } else if (what == "convergence") {
+    need(1, "a run id");
+    const auto trials = load_trials(store, run_id_arg(what, arg));
+    if (trials.empty()) throw core::UserError("query convergence: run " + arg + " has no trials");
+    print_table(std::cout, convergence(trials, strategies_of_run(trials)), f);
+  } else if (what == "config" || what == "problem") {
+    need(2, std::string("FAMILY and a ") + (what == "config" ? "config key (block_m=64,num_warps=4)" : "problem key (rows=4096,cols=4096,dtype=f32)"));
+    const auto trials = load_trials(store, 0, rest[0]);
+    if (trials.empty()) throw core::UserError("query " + what + ": no trials of family '" + rest[0] + "'");
+    const Table t = what == "config" ? config_across_problems(trials, rest[0], rest[1]) : problem_configs(trials, rest[0], rest[1]);
+    if (t.rows.empty()) throw core::UserError("query " + what + ": no trial of " + rest[0] + " matches '" + rest[1] + "'");
+    print_table(std::cout, t, f);
+  } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
     print_table(std::cout, to_table(store.sql(arg)), f);
-  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, sql)");
+  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, sql)");
   return 0;
-}
-
-// "cols=4096,rows=16384,dtype=f32" -> {"cols":4096,"rows":16384,"dtype":"f32"}
-nlohmann::json key_to_json(const std::string& key) {
-  nlohmann::json o = nlohmann::json::object();
-  std::istringstream in(key);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto eq = item.find('=');
-    if (eq == std::string::npos) continue;
-    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
-    try {
-      std::size_t used = 0;
-      const long long n = std::stoll(v, &used);
-      if (used == v.size()) { o[k] = n; continue; }
-    } catch (...) {
-    }
-    o[k] = v;
-  }
-  return o;
 }
 
 int cmd_export(const std::vector<std::string>& args) {
   po::options_description opts("export options");
   std::string db, format, out, family;
   opts.add_options()
-      ("format", po::value(&format)->default_value("json"), "json | csv")
-      ("out,o", po::value(&out), "output file (default: standard output)")
+      ("format", po::value(&format)->default_value("json"),
+       "json | csv | header | course-softmax-matmul | course-attention")
+      ("out,o", po::value(&out), "output file (default: standard output; the course formats: the course's path)")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
-      ("family", po::value(&family), "only this kernel family");
+      ("family", po::value(&family), "only this kernel family (json, csv, header)");
   po::variables_map vm;
-  if (!parse(args, opts, {}, vm, "flashtune export --format json|csv [--out FILE] [options]",
-             "  flashtune export --format json --out best.json\n  flashtune export --format csv --family softmax\n"))
+  if (!parse(args, opts, {}, vm, "flashtune export --format json|csv|header|course-softmax-matmul|course-attention [--out FILE]",
+             "  flashtune export --format json --out best.json\n  flashtune export --format csv --family softmax\n"
+             "  flashtune export --format header --out flashtune_best_configs.hpp   # constexpr table + lookup()\n"
+             "  flashtune export --format course-softmax-matmul   # -> outputs/softmax_matmul_benchmark.csv\n"
+             "  flashtune export --format course-attention        # -> outputs/csv/attention_benchmark.csv\n"))
     return 0;
-  if (format != "json" && format != "csv") throw core::UserError("export --format must be json or csv, not '" + format + "'");
+  const bool course = format == "course-softmax-matmul" || format == "course-attention";
+  if (format != "json" && format != "csv" && format != "header" && !course)
+    throw core::UserError("export --format must be json, csv, header, course-softmax-matmul or course-attention, not '" +
+                          format + "'");
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db);
-  const auto best = store.best(family);
-  std::ostringstream text;
-  if (format == "csv") {
-    print_table(text, to_table(best), Format::csv);
-  } else {
-    nlohmann::json doc;
-    doc["generator"] = "flashtune";
-    doc["schema"] = 1;
-    doc["lookup_rule"] =
-        "match family, stage and gpu; take the entry with the same dtype and problem dims; otherwise the entry of "
-        "the same dtype whose dims are nearest in sum of |log2(a/b)| over the dims";
-    nlohmann::json entries = nlohmann::json::array();
-    for (const auto& row : best.rows) {
-      nlohmann::json e = nlohmann::json::object();
-      for (std::size_t i = 0; i < best.columns.size() && i < row.size(); ++i) {
-        const auto& c = best.columns[i];
-        if (c == "problem" || c == "config") e[c] = key_to_json(row[i]);
-        else {
-          char* end = nullptr;
-          const double v = std::strtod(row[i].c_str(), &end);
-          if (!row[i].empty() && end && *end == '\0' && c != "source_hash") e[c] = v;
-          else e[c] = row[i];
-        }
-      }
-      entries.push_back(std::move(e));
-    }
-    doc["entries"] = std::move(entries);
-    text << doc.dump(2) << '\n';
-  }
-  if (out.empty()) std::cout << text.str();
+  const auto trials = load_trials(store, 0, course ? "" : family);
+  const auto best = best_per_problem(trials);
+  std::string text;
+  if (format == "json") text = export_json(best);
+  else if (format == "csv") text = export_csv(best);
+  else if (format == "header") text = export_header(best, db);
+  else if (format == "course-softmax-matmul") text = course_softmax_matmul_csv(trials);
+  else text = course_attention_csv(trials);
+  if (out.empty() && course)
+    out = format == "course-attention" ? "outputs/csv/attention_benchmark.csv" : "outputs/softmax_matmul_benchmark.csv";
+  if (out.empty()) std::cout << text;
   else {
-    std::ofstream f(out);
-    if (!(f << text.str())) throw core::UserError("cannot write " + out);
-    std::cerr << "wrote " << best.rows.size() << " best configs to " << out << '\n';
+    const std::filesystem::path path(out);
+    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+    std::ofstream f(path);
+    if (!(f << text)) throw core::UserError("cannot write " + out);
+    if (course) std::cerr << "wrote " << out << '\n';
+    else std::cerr << "wrote " << best.size() << " best configs to " << out << '\n';
   }
+  return 0;
+}
+
+int cmd_grade(const std::vector<std::string>& args) {
+  po::options_description opts("grade options");
+  std::string db;
+  std::int64_t run = 0;
+  opts.add_options()
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("run", po::value(&run)->default_value(0), "only this run's trials (0: every run)");
+  po::variables_map vm;
+  if (!parse(args, opts, {}, vm, "flashtune grade [--db DB] [--run RUN]",
+             "  flashtune run experiments/attention/gstar_forward.yaml && flashtune grade\n"
+             "  flashtune grade --db results.sqlite --run 4\n"))
+    return 0;
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  std::cout << gstar_report(load_trials(store, run));
+  return 0;
+}
+
+// The first executable `name` on PATH; "" when none.
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    const auto p = std::filesystem::path(d.empty() ? "." : d) / name;
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return "";
+}
+
+int cmd_report(const std::vector<std::string>& args) {
+  po::options_description opts("report options");
+  std::string what, db, out;
+  opts.add_options()
+      ("what", po::value(&what)->required(), "a run id, or an experiment name (every run of it)")
+      ("out,o", po::value(&out)->required(), "output folder (created): index.html, *.png, their data and scripts")
+      ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
+      ("quiet,q", "no progress lines");
+  po::positional_options_description pos;
+  pos.add("what", 1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune report RUN|EXPERIMENT --out DIR [--db DB]",
+             "  flashtune report 3 --out reports/run3 && xdg-open reports/run3/index.html\n"
+             "  flashtune report gstar_benchmark --out reports/gstar   # every run of the experiment\n"))
+    return 0;
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) throw core::UserError("report needs gnuplot on PATH (Debian: apt-get install gnuplot-nox; tools/install_deps.sh)");
+  if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
+  db::Store store(db);
+  std::vector<TrialRow> trials;
+  std::string title;
+  std::size_t used = 0;
+  long long id = 0;
+  try { id = std::stoll(what, &used); } catch (const std::exception&) { used = 0; }
+  if (used == what.size() && id > 0) {
+    trials = load_trials(store, id);
+    if (trials.empty()) throw core::UserError("report: run " + what + " has no trials (flashtune query runs lists them)");
+    title = "run " + what + " (" + trials.front().experiment + ")";
+  } else {
+    for (auto& t : load_trials(store))
+      if (t.experiment == what) trials.push_back(std::move(t));
+    if (trials.empty()) throw core::UserError("report: '" + what + "' is neither a run id nor the name of an experiment with trials");
+    title = "experiment " + what;
+  }
+  ReportOptions ro;
+  ro.out_dir = out;
+  ro.title = title;
+  ro.gnuplot = gnuplot;
+  ro.progress = vm.count("quiet") == 0;
+  write_report(trials, strategies_of_run(trials), ro);
   return 0;
 }
 
@@ -342,6 +448,8 @@ int run_cli(int argc, char** argv) {
     if (cmd == "kernels") return cmd_kernels(args);
     if (cmd == "query") return cmd_query(args);
     if (cmd == "export") return cmd_export(args);
+    if (cmd == "grade") return cmd_grade(args);
+    if (cmd == "report") return cmd_report(args);
     if (cmd == "replay") return cmd_replay(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;

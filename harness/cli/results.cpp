@@ -1,0 +1,271 @@
+// harness/cli/results.cpp: compare, convergence, config-across-problems and best-per-problem over the
+// trials read by db::Store::measurements(). Pure computation on TrialRow; the only database call is
+// load_trials.
+#include "harness/cli/results.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <tuple>
+
+#include "db/store.hpp"
+#include "harness/core/types.hpp"
+
+namespace flashtune::cli {
+
+namespace {
+
+std::optional<double> opt_num(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return std::stod(s);
+}
+
+std::int64_t int_or_zero(const std::string& s) { return s.empty() ? 0 : std::stoll(s); }
+
+std::map<std::string, std::int64_t> parse_pairs(const std::string& key, std::string* dtype) {
+  std::map<std::string, std::int64_t> out;
+  std::istringstream in(key);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    if (k == "dtype") {
+      if (dtype) *dtype = v;
+      continue;
+    }
+    try {
+      out[k] = std::stoll(v);
+    } catch (const std::exception&) {
+      throw core::UserError("'" + key + "': value of '" + k + "' is not an integer");
+    }
+  }
+  return out;
+}
+
+std::string pct(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.2f%%", 100 * v);
+  return buf;
+}
+
+}  // namespace
+
+double TrialRow::rel_noise() const {
+  if (rel_stdev && *rel_stdev >= 0) return *rel_stdev;
+  if (iqr_ms && median_ms && *median_ms > 0) return *iqr_ms / *median_ms;
+  return 0;
+}
+
+std::string num(std::optional<double> v, int digits) {
+  if (!v) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, *v);
+  return buf;
+}
+
+std::vector<TrialRow> load_trials(const db::Store& store, std::int64_t run_id, const std::string& family) {
+  const auto q = store.measurements(run_id, family);
+  std::map<std::string, std::size_t> col;
+  for (std::size_t i = 0; i < q.columns.size(); ++i) col[q.columns[i]] = i;
+  std::vector<TrialRow> out;
+  out.reserve(q.rows.size());
+  for (const auto& r : q.rows) {
+    auto s = [&](const char* name) -> const std::string& { return r.at(col.at(name)); };
+    TrialRow t;
+    t.trial_id = int_or_zero(s("trial_id"));
+    t.run_id = int_or_zero(s("run_id"));
+    t.experiment = s("experiment");
+    t.experiment_path = s("experiment_path");
+    t.gpu = s("gpu");
+    t.family = s("family");
+    t.stage = s("stage");
+    t.problem = s("problem");
+    t.config = s("config");
+    t.status = s("status");
+    t.reason = s("reason");
+    t.median_ms = opt_num(s("median_ms"));
+    t.iqr_ms = opt_num(s("iqr_ms"));
+    t.mean_ms = opt_num(s("mean_ms"));
+    t.rel_stdev = opt_num(s("rel_stdev"));
+    t.n_samples = int_or_zero(s("n_samples"));
+    t.tflops = opt_num(s("tflops"));
+    t.gbps = opt_num(s("gbps"));
+    t.max_abs_err = opt_num(s("max_abs_err"));
+    t.tolerance = opt_num(s("tolerance"));
+    t.device_bytes = int_or_zero(s("device_bytes"));
+    t.stopped_early = s("stopped_early") == "1";
+    t.source_hash = s("source_hash");
+    t.copy_gbps = opt_num(s("copy_gbps"));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype) {
+  return parse_pairs(problem_key, dtype);
+}
+std::map<std::string, std::int64_t> parse_config(const std::string& config_key) {
+  return parse_pairs(config_key, nullptr);
+}
+
+std::vector<TrialRow> best_per_problem(const std::vector<TrialRow>& trials) {
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, TrialRow> best;
+  for (const auto& t : trials) {
+    if (!t.measured()) continue;
+    const auto key = std::make_tuple(t.family, t.stage, t.problem, t.gpu);
+    auto it = best.find(key);
+    if (it == best.end() || *t.median_ms < *it->second.median_ms) best[key] = t;
+  }
+  std::vector<TrialRow> out;
+  for (auto& [k, t] : best) out.push_back(t);
+  return out;
+}
+
+std::string compare_verdict(double a_ms, double a_noise, double b_ms, double b_noise) {
+  const double diff = (b_ms - a_ms) / a_ms;
+  const double band = std::sqrt(a_noise * a_noise + b_noise * b_noise);
+  if (std::abs(diff) <= band) return "same";
+  return diff < 0 ? "faster" : "slower";
+}
+
+Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& b, std::string* summary) {
+  using Key = std::tuple<std::string, std::string, std::string, std::string>;
+  // The last measured trial of each key wins; a key never measured keeps its last trial (for its status).
+  auto index = [](const std::vector<TrialRow>& trials) {
+    std::map<Key, TrialRow> m;
+    for (const auto& t : trials) {
+      const Key k{t.family, t.stage, t.problem, t.config};
+      auto it = m.find(k);
+      if (it == m.end() || t.measured() || !it->second.measured()) m[k] = t;
+    }
+    return m;
+  };
+  const auto ia = index(a), ib = index(b);
+  std::vector<Key> keys;
+  for (const auto& [k, t] : ia) keys.push_back(k);
+  for (const auto& [k, t] : ib)
+    if (!ia.count(k)) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+
+  Table out{{"family", "stage", "problem", "config", "a_median_ms", "a_noise", "b_median_ms", "b_noise", "diff",
+             "verdict"},
+            {}};
+  std::map<std::string, int> counts;
+  double log_sum = 0;
+  int n_both = 0;
+  for (const auto& k : keys) {
+    const auto fa = ia.find(k), fb = ib.find(k);
+    const TrialRow* ta = fa == ia.end() ? nullptr : &fa->second;
+    const TrialRow* tb = fb == ib.end() ? nullptr : &fb->second;
+    std::string verdict, diff;
+    if (!ta) verdict = "only_b";
+    else if (!tb) verdict = "only_a";
+    else if (!ta->measured() || !tb->measured())
+      verdict = "not_comparable (a: " + ta->status + ", b: " + tb->status + ")";
+    else {
+      verdict = compare_verdict(*ta->median_ms, ta->rel_noise(), *tb->median_ms, tb->rel_noise());
+      diff = pct((*tb->median_ms - *ta->median_ms) / *ta->median_ms);
+      log_sum += std::log(*tb->median_ms / *ta->median_ms);
+      ++n_both;
+    }
+    ++counts[verdict.substr(0, verdict.find(' '))];
+    auto noise = [](const TrialRow* t) { return t && t->measured() ? num(t->rel_noise(), 3) : std::string(); };
+    out.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
+                        ta && ta->measured() ? num(ta->median_ms, 6) : "", noise(ta),
+                        tb && tb->measured() ? num(tb->median_ms, 6) : "", noise(tb), diff, verdict});
+  }
+  if (summary) {
+    std::ostringstream s;
+    s << "B vs A: " << counts["faster"] << " faster, " << counts["slower"] << " slower, " << counts["same"]
+      << " same within noise, " << counts["not_comparable"] << " not comparable, " << counts["only_a"] << " only in A, "
+      << counts["only_b"] << " only in B";
+    if (n_both > 0) s << "; geometric mean time ratio B/A " << num(std::exp(log_sum / n_both), 4) << " over " << n_both << " configs";
+    *summary = s.str();
+  }
+  return out;
+}
+
+Table convergence(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of) {
+  using Key = std::tuple<std::string, std::string, std::string>;
+  std::map<Key, std::pair<int, std::optional<double>>> state;  // trials seen, best so far
+  std::vector<Key> order;
+  std::map<Key, std::vector<std::vector<std::string>>> rows;
+  for (const auto& t : trials) {
+    const Key k{t.family, t.stage, t.problem};
+    if (!state.count(k)) order.push_back(k);
+    auto& [n, best] = state[k];
+    ++n;
+    bool improved = false;
+    if (t.measured() && (!best || *t.median_ms < *best)) {
+      best = t.median_ms;
+      improved = true;
+    }
+    const auto s = strategy_of.find(t.family);
+    rows[k].push_back({t.family, t.stage, t.problem, s == strategy_of.end() ? "unknown" : s->second,
+                       std::to_string(n), t.config, t.status, t.measured() ? num(t.median_ms, 6) : "", num(best, 6),
+                       improved ? "yes" : ""});
+  }
+  Table out{{"family", "stage", "problem", "strategy", "trial", "config", "status", "median_ms", "best_so_far_ms",
+             "improved"},
+            {}};
+  for (const auto& k : order)
+    for (auto& r : rows[k]) out.rows.push_back(std::move(r));
+  return out;
+}
+
+Table config_across_problems(const std::vector<TrialRow>& trials, const std::string& family,
+                             const std::string& config_key) {
+  const auto wanted = parse_config(config_key);
+  std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::optional<TrialRow>, std::optional<TrialRow>>> m;
+  for (const auto& t : trials) {
+    if (t.family != family || !t.measured()) continue;
+    auto& [mine, best] = m[{t.stage, t.problem, t.gpu}];
+    if (!best || *t.median_ms < *best->median_ms) best = t;
+    if (parse_config(t.config) == wanted && (!mine || *t.median_ms < *mine->median_ms)) mine = t;
+  }
+  Table out{{"stage", "problem", "gpu", "median_ms", "tflops", "gbps", "best_median_ms", "best_config", "ratio_to_best"}, {}};
+  for (const auto& [k, v] : m) {
+    const auto& [mine, best] = v;
+    if (!mine) continue;
+    out.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), num(mine->median_ms, 6), num(mine->tflops),
+                        num(mine->gbps), num(best->median_ms, 6), best->config,
+                        num(*mine->median_ms / *best->median_ms, 4)});
+  }
+  return out;
+}
+
+Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key) {
+  std::string want_dtype, dtype;
+  const auto wanted = parse_dims(problem_key, &want_dtype);
+  std::vector<TrialRow> rows;
+  for (const auto& t : trials) {
+    if (t.family != family) continue;
+    dtype.clear();
+    if (parse_dims(t.problem, &dtype) != wanted || (!want_dtype.empty() && dtype != want_dtype)) continue;
+    rows.push_back(t);
+  }
+  // Measured first (fastest first), then the rest in trial order.
+  std::stable_sort(rows.begin(), rows.end(), [](const TrialRow& x, const TrialRow& y) {
+    if (x.measured() != y.measured()) return x.measured();
+    return x.measured() && *x.median_ms < *y.median_ms;
+  });
+  Table out{{"rank", "stage", "gpu", "config", "status", "median_ms", "tflops", "gbps", "max_abs_err", "slowdown", "run_id",
+             "trial_id", "reason"},
+            {}};
+  std::map<std::pair<std::string, std::string>, double> fastest;  // (stage, gpu) -> best median: slowdowns stay per GPU
+  for (const auto& t : rows)
+    if (t.measured() && !fastest.count({t.stage, t.gpu})) fastest[{t.stage, t.gpu}] = *t.median_ms;
+  int rank = 0;
+  for (const auto& t : rows) {
+    const bool m = t.measured();
+    out.rows.push_back({m ? std::to_string(++rank) : "", t.stage, t.gpu, t.config, t.status, m ? num(t.median_ms, 6) : "",
+                        num(t.tflops), num(t.gbps), num(t.max_abs_err, 3),
+                        m ? num(*t.median_ms / fastest.at({t.stage, t.gpu}), 4) : "", std::to_string(t.run_id),
+                        std::to_string(t.trial_id), t.reason});
+  }
+  return out;
+}
+
+}  // namespace flashtune::cli

@@ -1,0 +1,73 @@
+// harness/cli/results.hpp: questions asked of recorded trials (compare two runs, convergence, one config
+// across problems, the best per problem) computed in C++ over db::Store::measurements(). Shared by the
+// query, export, grade and report subcommands so they all agree on "best" and "noise".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/cli/table.hpp"
+
+namespace flashtune::db {
+class Store;
+}
+
+namespace flashtune::cli {
+
+// One recorded trial, numbers at full precision. Optional numbers are absent when NULL in the database.
+struct TrialRow {
+  std::int64_t trial_id = 0, run_id = 0;
+  std::string experiment, experiment_path, gpu, family, stage, problem, config, status, reason;
+  std::optional<double> median_ms, iqr_ms, mean_ms, rel_stdev, tflops, gbps, max_abs_err, tolerance;  // [ms] [TFLOP/s] [GB/s]
+  std::int64_t n_samples = 0, device_bytes = 0;  ///< device_bytes [bytes]; 0 unknown
+  bool stopped_early = false;
+  std::string source_hash;
+  std::optional<double> copy_gbps;  ///< [GB/s] the run's measured copy bandwidth
+
+  /// ok, with a median, and measured to the end (not abandoned against an incumbent).
+  bool measured() const { return status == "ok" && median_ms.has_value() && !stopped_early; }
+  /// Relative noise of the median: rel_stdev when recorded, else iqr / median; 0 when unknown.
+  double rel_noise() const;
+};
+
+/// Trials of one run (0: all runs) and family ("": all), in id order.
+std::vector<TrialRow> load_trials(const db::Store& store, std::int64_t run_id = 0, const std::string& family = "");
+
+/// "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when given).
+std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype = nullptr);
+/// "block_m=64,num_warps=4" -> {block_m: 64, num_warps: 4}.
+std::map<std::string, std::int64_t> parse_config(const std::string& config_key);
+
+/// The fastest measured trial per (family, stage, problem, gpu), ordered by those keys.
+std::vector<TrialRow> best_per_problem(const std::vector<TrialRow>& trials);
+
+/// Verdict of B against A for one config: the relative difference (b - a) / a against the combined
+/// noise band sqrt(noise_a^2 + noise_b^2) (each the trial's relative noise, as nvbench's compare does
+/// with its noise columns). |diff| <= band: "same"; else "faster" (B quicker) or "slower".
+std::string compare_verdict(double a_ms, double a_noise, double b_ms, double b_noise);
+
+/// Config-by-config comparison of run B against run A, matched on (family, stage, problem, config);
+/// the last measured trial of each key counts. *summary receives one line of totals and the geometric
+/// mean time ratio B/A over configs measured in both.
+Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& b, std::string* summary);
+
+/// Best-so-far median against the trial index (1-based, every trial counted, failed ones too) per
+/// (family, stage, problem); strategy_of(family) names the strategy in each row.
+Table convergence(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of);
+
+/// How one config did on every problem it was measured on: its median, the best config's median there
+/// and the ratio (1.0 = it was the best), per (stage, problem, gpu).
+Table config_across_problems(const std::vector<TrialRow>& trials, const std::string& family,
+                             const std::string& config_key);
+
+/// Every trial of one problem, measured ones fastest first (rank), each with its slowdown against the
+/// fastest of its stage and GPU; failed trials after them with their reasons.
+Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key);
+
+/// printf-style "%.<digits>g" of v; "" when absent.
+std::string num(std::optional<double> v, int digits = 5);
+
+}  // namespace flashtune::cli

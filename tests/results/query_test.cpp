@@ -1,0 +1,147 @@
+// tests/results/query_test.cpp: flashtune query compare | convergence | config | problem on the fixture
+// database: verdicts within noise, the summary line, best-so-far curves, and the three output formats.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/results/results_fixture.hpp"
+
+using namespace ft_results_test;
+
+namespace {
+
+struct QueryTest : ::testing::Test {
+  Temp tmp{"query"};
+  std::string db = (tmp.dir / "r.sqlite").string();
+  FixtureDb fx{db};
+  std::string q(const std::string& args) { return "query " + args + " --db " + db; }
+};
+
+// The row of a JSON array whose `key` column equals `value`.
+nlohmann::json row_where(const nlohmann::json& rows, const std::string& key, const std::string& value) {
+  for (const auto& r : rows)
+    if (r.at(key).is_string() && r.at(key).get<std::string>() == value) return r;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_F(QueryTest, CompareCallsFasterSlowerAndSameWithinNoise) {
+  const auto r = run_cli(q("compare " + std::to_string(fx.run1) + " " + std::to_string(fx.run2) + " --format json"), false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  const std::string p = attn_problem(1024, 0).key();
+  auto verdict = [&](const std::string& config) {
+    for (const auto& row : rows)
+      if (row.at("problem") == p && row.at("config") == config) return row.at("verdict").get<std::string>();
+    return std::string("missing");
+  };
+  EXPECT_EQ(verdict(attn_config(128, 64, 4).key()), "faster");
+  EXPECT_EQ(verdict(attn_config(128, 64, 8).key()), "slower");
+  EXPECT_EQ(verdict(attn_config(128, 32, 4).key()), "same");
+  EXPECT_EQ(verdict(attn_config(128, 32, 8).key()), "same");
+  EXPECT_EQ(verdict(attn_config(64, 32, 4).key()), "only_a");
+  EXPECT_EQ(verdict(attn_config(64, 64, 4).key()).rfind("not_comparable", 0), 0u);
+
+  const auto table = run_cli(q("compare " + std::to_string(fx.run1) + " " + std::to_string(fx.run2)));
+  ASSERT_EQ(table.status, 0) << table.out;
+  EXPECT_NE(table.out.find("1 faster, 1 slower, 2 same within noise, 1 not comparable"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("geometric mean time ratio B/A"), std::string::npos);
+
+  const auto csv = run_cli(q("compare " + std::to_string(fx.run1) + " " + std::to_string(fx.run2) + " --format csv"), false);
+  ASSERT_EQ(csv.status, 0);
+  EXPECT_EQ(csv.out.rfind("family,stage,problem,config,a_median_ms,a_noise,b_median_ms,b_noise,diff,verdict\n", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.find("geometric"), std::string::npos) << "the summary stays off stdout in csv";
+}
+
+TEST_F(QueryTest, CompareRejectsBadRunIdsWithOneLine) {
+  const auto r = run_cli(q("compare 1 x"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("'x' is not a run id"), std::string::npos) << r.out;
+  const auto none = run_cli(q("compare 1 99"));
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.out.find("run 99 has no trials"), std::string::npos) << none.out;
+  const auto one = run_cli(q("compare 1"));
+  EXPECT_EQ(one.status, 2);
+}
+
+TEST_F(QueryTest, ConvergenceIsMonotoneAndEndsAtTheBest) {
+  const auto r = run_cli(q("convergence " + std::to_string(fx.run1) + " --format json"), false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  const std::string p = attn_problem(4096, 1).key();
+  double last = 1e300;
+  int n = 0;
+  for (const auto& row : rows) {
+    if (row.at("family") != "attn_fwd" || row.at("problem") != p) continue;
+    ++n;
+    EXPECT_EQ(row.at("trial").get<int>(), n);
+    EXPECT_EQ(row.at("strategy"), "unknown") << "the fixture run has no experiment file";
+    const double best = row.at("best_so_far_ms").get<double>();
+    EXPECT_LE(best, last);
+    last = best;
+  }
+  EXPECT_EQ(n, 8);
+  EXPECT_NEAR(last, 4 * 0.6 * 0.1, 1e-9);
+  const auto csv = run_cli(q("convergence " + std::to_string(fx.run1) + " --format csv"), false);
+  EXPECT_EQ(csv.out.rfind("family,stage,problem,strategy,trial,config,status,median_ms,best_so_far_ms,improved\n", 0), 0u);
+}
+
+TEST_F(QueryTest, ConfigAcrossProblemsGivesRatioToTheBest) {
+  const auto r = run_cli(q("config attn_fwd " + attn_config(64, 64, 4).key() + " --format json"), false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 4u) << "four problems (the GQA one was never measured)";
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("best_config"), attn_config(128, 64, 4).key());
+    // run 2 measured the best config at 0.08 ms on L = 1024 non-causal; elsewhere 0.15 / 0.10
+    const double want = row.at("problem") == attn_problem(1024, 0).key() ? 0.15 / 0.08 : 1.5;
+    EXPECT_NEAR(row.at("ratio_to_best").get<double>(), want, 1e-3);
+  }
+  const auto bad = run_cli(q("config attn_fwd block_m=7"));
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("no trial of attn_fwd matches"), std::string::npos) << bad.out;
+}
+
+TEST_F(QueryTest, ProblemRanksConfigsFastestFirst) {
+  const auto r = run_cli(q("problem attn_fwd " + attn_problem(1024, 1).key() + " --format json"), false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_GE(rows.size(), 8u);
+  EXPECT_EQ(rows[0].at("rank"), 1);
+  EXPECT_EQ(rows[0].at("config"), attn_config(128, 64, 4).key());
+  const auto slowest = row_where(rows, "config", attn_config(64, 32, 8).key());
+  ASSERT_NE(slowest, nullptr);
+  EXPECT_NEAR(slowest.at("slowdown").get<double>(), 0.18 / 0.10, 1e-3);  // 0.6 x (0.1 + 0.05 + 0.02 + 0.01) vs 0.6 x 0.1
+  EXPECT_EQ(slowest.at("rank"), 8);
+  const auto table = run_cli(q("problem attn_fwd " + attn_problem(1024, 1).key()));
+  EXPECT_EQ(table.status, 0);
+  EXPECT_NE(table.out.find("rank"), std::string::npos);
+}
+
+TEST_F(QueryTest, SqlStillRefusesWrites) {
+  const auto r = run_cli(q("sql \"UPDATE trials SET median_ms = 0\""));
+  EXPECT_EQ(r.status, 2);
+  const auto n = run_cli(q("sql \"SELECT count(*) AS n FROM trials WHERE median_ms = 0\" --format csv"));
+  EXPECT_EQ(n.out, "n\n0\n");
+}
+
+TEST(QueryConvergence, NamesTheStrategyOfACompileOnlyRunFromItsExperiment) {
+  Temp tmp("convergence");
+  const fs::path yaml = tmp.dir / "tiny.yaml";
+  std::ofstream(yaml) << "name: tiny_random\nstudies:\n  - family: weighted_row_sum\n    problems: [{rows: 64, cols: 64}]\n"
+                         "    space: {block_threads: [128, 256], rows_per_block: [1], vec: [4]}\n"
+                         "    strategy: {name: random, budget_trials: 2, seed: 3}\n";
+  const std::string db = (tmp.dir / "c.sqlite").string();
+  const auto run = run_cli("run " + yaml.string() + " --compile-only --arch sm_80 --db " + db + " --cache " + (tmp.dir / "cache").string());
+  ASSERT_EQ(run.status, 0) << run.out;
+  const auto r = run_cli("query convergence 1 --format json --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("strategy"), "random");
+    EXPECT_EQ(row.at("status"), "compiled");
+    EXPECT_TRUE(row.at("best_so_far_ms").is_null()) << "nothing was timed";
+  }
+}
