@@ -137,8 +137,8 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
 }
 
 // ---------------------------------------------------------------------------------------------
-template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, bool kCausal, bool kWindow,
-          bool kLearnedSinks>
+template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, bool kCausal,
+          bool kWindow, bool kLearnedSinks>
 __global__ void __launch_bounds__(kWarpgroups * 128, 1)
     attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
                           long long o_sh, long long o_ss) {
   static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is one m64nNk16 chain, N = 64 or 128");
+  static_assert(kPipe == 1 || (kPipe == 2 && kStages >= 2), "kPipe 2 keeps two K/V tiles resident");
   enum : int {
     kThreads = kWarpgroups * 128,
     kBlockM = 64 * kWarpgroups,
@@ -210,18 +211,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
   }
   const unsigned q_wg = smem_q + unsigned(wg * 64 * 128);  // this warpgroup's 64 rows in every Q slab
 
-  for (int i = 0; i < n_tiles; ++i) {
-    if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
-    ft_cp_async_commit();
-    ft_cp_async_wait<kStages - 1>();
-    ft_fence_proxy_async();
-    __syncthreads();
-    const unsigned smem_k = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    const unsigned smem_v = smem_k + kTileBytes;
-    const int n0 = tiles.tile(i) * kBlockN;
-
-    // S = Q K^T (raw, unscaled), 64 x kBlockN per warpgroup.
-    float s[kBlockN / 2];
+  // S_i = Q K_i^T into s (issued, not waited for).
+  auto issue_qk = [&](float* s, unsigned smem_k) {
     ft_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -231,12 +222,27 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
       FtWgmma<T, kBlockN>::template ss<0>(s, da, db, ks > 0);
     }
     ft_wgmma_commit();
-    ft_wgmma_wait<0>();
-    ft_fence_regs<kBlockN / 2>(s);
-
-    // Mask (boundary tiles only), online softmax, P as the A operand of P V.
+  };
+  // O += P V_i (issued, not waited for): V (kBlockN keys x kHeadDim) is N-major; 16 keys = two 8-row
+  // groups = 2048 bytes.
+  auto issue_pv = [&](const unsigned (*pf)[4], unsigned smem_v) {
+    ft_fence_regs<kHeadDim / 2>(acc);
+    ft_wgmma_fence();
+#pragma unroll
+    for (int ps = 0; ps < kPSteps; ++ps)
+#pragma unroll
+      for (int nc = 0; nc < kHeadDim / kPvN; ++nc) {
+        const unsigned long long db =
+            ft_wgmma_desc(smem_v + unsigned(ps * 2048 + nc * (kPvN / 64) * kSlabK), kSlabK, 1024);
+        FtWgmma<T, kPvN>::template rs<1>(acc + nc * (kPvN / 2), pf[ps], db, 1);
+      }
+    ft_wgmma_commit();
+  };
+  // Mask (boundary tiles only) and the online softmax of S_i: s becomes P (unnormalized, in place); the
+  // row max and sum advance; alpha[r] = exp2(scale (m_old - m_new)) is returned for the caller to apply to
+  // acc once no P V that reads acc is in flight.
+  auto softmax = [&](float* s, int n0, float* alpha) {
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
-    unsigned pf[kPSteps][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
@@ -253,7 +259,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
       mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
       const float m_new = fmaxf(row_max[r], mx);
       const float base = m_new == kNegInf ? 0.f : m_new * scale_log2;
-      const float alpha = ft_exp2(row_max[r] * scale_log2 - base);  // 0 while the row was empty
+      alpha[r] = ft_exp2(row_max[r] * scale_log2 - base);  // 0 while the row was empty
       row_max[r] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -264,10 +270,17 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
           x = ft_exp2(fmaf(x, scale_log2, -base));
           sum += x;
         }
-      row_sum[r] = row_sum[r] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < kHeadDim / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha, acc[dt * 4 + 2 * r + 1] *= alpha;
+      row_sum[r] = row_sum[r] * alpha[r] + sum;
     }
+  };
+  auto rescale = [&](const float* alpha) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
+  };
+  // P as the A operand of P V (the m16n8k16 A fragment layout, which the S accumulators already have).
+  auto pack_p = [&](const float* s, unsigned (*pf)[4]) {
 #pragma unroll
     for (int ps = 0; ps < kPSteps; ++ps) {
       pf[ps][0] = FtMma<T>::pack(s[(2 * ps) * 4 + 0], s[(2 * ps) * 4 + 1]);
@@ -275,22 +288,60 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
       pf[ps][2] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 0], s[(2 * ps + 1) * 4 + 1]);
       pf[ps][3] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 2], s[(2 * ps + 1) * 4 + 3]);
     }
+  };
+  auto stage_k = [&](int i) { return smem_kv + unsigned((i % kStages) * 2 * kTileBytes); };
 
-    // O += P V: V (kBlockN keys x kHeadDim) is N-major; 16 keys = two 8-row groups = 2048 bytes.
-    ft_fence_regs<kHeadDim / 2>(acc);
-    ft_wgmma_fence();
-#pragma unroll
-    for (int ps = 0; ps < kPSteps; ++ps)
-#pragma unroll
-      for (int nc = 0; nc < kHeadDim / kPvN; ++nc) {
-        const unsigned long long db =
-            ft_wgmma_desc(smem_v + unsigned(ps * 2048 + nc * (kPvN / 64) * kSlabK), kSlabK, 1024);
-        FtWgmma<T, kPvN>::template rs<1>(acc + nc * (kPvN / 2), pf[ps], db, 1);
-      }
-    ft_wgmma_commit();
-    ft_wgmma_wait<0>();
-    ft_fence_regs<kHeadDim / 2>(acc);
-    __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+  if constexpr (kPipe == 1) {
+    // One tile at a time: S_i, softmax, P_i V_i, each waited for.
+    for (int i = 0; i < n_tiles; ++i) {
+      if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+      ft_cp_async_commit();
+      ft_cp_async_wait<kStages - 1>();
+      ft_fence_proxy_async();
+      __syncthreads();
+      float s[kBlockN / 2];
+      issue_qk(s, stage_k(i));
+      ft_wgmma_wait<0>();
+      ft_fence_regs<kBlockN / 2>(s);
+      float alpha[2];
+      softmax(s, tiles.tile(i) * kBlockN, alpha);
+      rescale(alpha);
+      unsigned pf[kPSteps][4];
+      pack_p(s, pf);
+      issue_pv(pf, stage_k(i) + kTileBytes);
+      ft_wgmma_wait<0>();
+      ft_fence_regs<kHeadDim / 2>(acc);
+      __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+    }
+  } else {
+    // Two tiles in flight (FA3's intra-warpgroup overlap): P_{i-1} V_{i-1} runs on the tensor cores while
+    // the softmax of S_i runs on the FMA / SFU units. Tile i + kStages - 1 is loaded at the end of
+    // iteration i, into the stage of tile i - 1, whose P V has then completed.
+    unsigned pf[kPSteps][4];
+    for (int i = 0; i < n_tiles; ++i) {
+      ft_cp_async_wait<kStages - 2>();
+      ft_fence_proxy_async();
+      __syncthreads();
+      float s[kBlockN / 2];
+      issue_qk(s, stage_k(i));
+      if (i > 0) issue_pv(pf, stage_k(i - 1) + kTileBytes);
+      if (i > 0) ft_wgmma_wait<1>(); else ft_wgmma_wait<0>();  // S_i is done; P_{i-1} V_{i-1} may run on
+      ft_fence_regs<kBlockN / 2>(s);
+      float alpha[2];
+      softmax(s, tiles.tile(i) * kBlockN, alpha);
+      ft_wgmma_wait<0>();
+      ft_fence_regs<kHeadDim / 2>(acc);
+      rescale(alpha);
+      pack_p(s, pf);
+      __syncthreads();  // every warpgroup is past P_{i-1} V_{i-1}: stage (i - 1) % kStages is free
+      if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
+      ft_cp_async_commit();
+    }
+    if (n_tiles > 0) {
+      issue_pv(pf, stage_k(n_tiles - 1) + kTileBytes);
+      ft_wgmma_wait<0>();
+      ft_fence_regs<kHeadDim / 2>(acc);
+    }
   }
   ft_cp_async_wait<0>();
 

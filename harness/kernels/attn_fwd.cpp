@@ -19,6 +19,11 @@ std::int64_t mma_of(const core::Config& c) {
   const auto it = c.values.find("mma");
   return it == c.values.end() ? 80 : it->second;
 }
+// wgmma tiles in flight per warpgroup; 1 when the config predates the tunable.
+std::int64_t pipe_of(const core::Config& c) {
+  const auto it = c.values.find("mma_pipe");
+  return it == c.values.end() ? 1 : it->second;
+}
 
 class AttnFwd final : public attn::AttentionFamily {
  public:
@@ -39,6 +44,9 @@ class AttnFwd final : public attn::AttentionFamily {
         {"mma", {80, 90},
          "fp16/bf16 tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a "
          "warpgroup of 4 warps per 64 query rows, block_n 64 or 128, head_dim a multiple of 64)"},
+        {"mma_pipe", {1, 2},
+         "mma 90 only: 1 = Q K^T, softmax and P V one after the other; 2 = P V of tile i - 1 on the tensor "
+         "cores while the softmax of tile i runs (needs num_stages >= 2)"},
     };
   }
   // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:
@@ -46,15 +54,16 @@ class AttnFwd final : public attn::AttentionFamily {
   std::vector<std::string> constraints() const override {
     return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
             "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 64 || block_n == 128) && "
-            "head_dim % 64 == 0)"};
+            "head_dim % 64 == 0)",
+            "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)"};
   }
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
     const std::int64_t mma = mma_of(c);
     if (p.dtype == core::DType::f32)
-      return mma == 80 ? attn_f32::can_run(c, p, d)
-                       : std::optional<std::string>("mma 90 (wgmma) is the fp16/bf16 kernel; fp32 uses mma 80");
+      return mma == 80 && pipe_of(c) == 1 ? attn_f32::can_run(c, p, d)
+                       : std::optional<std::string>("mma 90 / mma_pipe 2 (wgmma) is the fp16/bf16 kernel; fp32 uses mma 80, mma_pipe 1");
     if (mma == 90) return wgmma_can_run(c, p, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
     const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
@@ -62,6 +71,7 @@ class AttnFwd final : public attn::AttentionFamily {
       return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    if (pipe_of(c) != 1) return "mma_pipe " + std::to_string(pipe_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = mma_smem(c, p);
     if (smem > d.max_shared_per_block_optin)
@@ -83,8 +93,9 @@ class AttnFwd final : public attn::AttentionFamily {
     if (mma_of(c) == 90)
       return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                   std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
-                  std::to_string(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
-                  bool_arg(p.get("window", 0) > 0) + ", " + bool_arg(p.get("learned_sinks", 0)) + ">",
+                  std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
+                  bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
+                  bool_arg(p.get("learned_sinks", 0)) + ">",
               {}};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                 std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
@@ -151,11 +162,15 @@ class AttnFwd final : public attn::AttentionFamily {
     if (bn != 64 && bn != 128) return "mma 90: block_n must be 64 or 128";
     if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    const std::int64_t pipe = pipe_of(c);
+    if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
+    if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
     const std::int64_t smem = wgmma_smem(c, p);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8), ~30 others.
-    const std::int64_t regs = hd / 2 + bn / 2 + bn / 8 + 30;
+    // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps
+    // them across the next S: bn / 4), ~30 others.
+    const std::int64_t regs = hd / 2 + bn / 2 + bn / (pipe == 2 ? 4 : 8) + 30;
     if (regs > d.max_regs_per_thread)
       return "about " + std::to_string(regs) + " registers per thread needed (limit " +
              std::to_string(d.max_regs_per_thread) + ")";

@@ -84,7 +84,7 @@ TEST(AttnFwdGpu, WgmmaKernelMatchesTheReferenceOnEveryVariant) {
       "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
       "JOIN configs c ON c.id = t.config_id WHERE t.status NOT IN ('ok', 'invalid_config') LIMIT 20");
   for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
-  EXPECT_GE(count(store, "status = 'ok'"), 500);
+  EXPECT_GE(count(store, "status = 'ok'"), 800);
   EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
 }
 
@@ -104,12 +104,12 @@ measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
-    space: {mma: [80, 90], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
+    space: {mma: [80, 90], mma_pipe: [1, 2], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
 )", "attn_fwd_sm90_planted.yaml");
   auto opts = quiet_options(dir.path / "p.sqlite", false);
   opts.templates = tdir;
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
-  EXPECT_EQ(count(store, "status = 'incorrect'"), 1);  // mma 90, planted
+  EXPECT_EQ(count(store, "status = 'incorrect'"), 2);  // mma 90, planted, in both pipelines
 }
