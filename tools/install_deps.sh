@@ -3,7 +3,7 @@
 # installs only missing packages). The CUDA toolkit (NVRTC, headers) is expected at /usr/local/cuda.
 set -euo pipefail
 pkgs=(g++ cmake ninja-build git libboost-program-options-dev libsqlite3-dev libeigen3-dev libyaml-cpp-dev
-      nlohmann-json3-dev libgtest-dev libmuparser-dev)
+      nlohmann-json3-dev libgtest-dev libmuparser-dev openmpi-bin)  # openmpi-bin: mpirun, for the shard test
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 // Only this file turns errors into exit codes and messages.
 #include "harness/cli/commands.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,22 +43,31 @@ commands:
   kernels [FAMILY]      list kernel families, their tunables and constraints
   query WHAT            runs | trials RUN | best | sql "SELECT ..." from the database
   export                best configs per problem and GPU, as JSON or CSV, for other projects
+  db merge A B ... -o C merge databases (shards, machines) without duplicating runs or trials
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
 char** g_argv = nullptr;  // kept to start a fresh process after a sticky CUDA error
 constexpr int kMaxRestarts = 64;
 
-// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU.
-// The run recorded that config as crashed; a fresh process with the same arguments resumes past it.
-[[noreturn]] void restart_after_crash() {
+// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU, and
+// a kernel past its watchdog keeps the GPU busy. The run recorded that config as crashed or timeout; a
+// fresh process with the same arguments resumes past it. Every descriptor but stdin/out/err is closed
+// across exec (the driver's among them), so the old context and any kernel still running in it end with
+// the old image instead of living on beside the new one.
+[[noreturn]] void restart_after_crash(const char* why = "crashed") {
   const char* env = std::getenv("FLASHTUNE_RESTARTS");
   const int restarts = env ? std::atoi(env) : 0;
   if (restarts >= kMaxRestarts)
-    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after crashed kernels");
+    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after " + why + " kernels");
   ::setenv("FLASHTUNE_RESTARTS", std::to_string(restarts + 1).c_str(), 1);
-  std::cerr << "restarting in a fresh process to resume past the crashed config (" << restarts + 1 << ")\n";
+  std::cerr << "restarting in a fresh process to resume past the " << why << " config (" << restarts + 1 << ")\n";
   std::cout.flush();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    if (fd > 2) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
   ::execv("/proc/self/exe", g_argv);
   throw core::Error(std::string("could not restart: ") + std::strerror(errno));
 }
@@ -84,7 +94,7 @@ bool parse(const std::vector<std::string>& args, po::options_description& opts,
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
   po::options_description opts("run options");
-  std::string experiment_path, db, arch, templates, cache;
+  std::string experiment_path, db, arch, templates, cache, shard;
   int device = 0;
   opts.add_options()
       ("experiment", po::value(&experiment_path)->required(), "experiment YAML file")
@@ -95,6 +105,13 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
       ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
       ("cache", po::value(&cache), "CUBIN cache folder (default $FLASHTUNE_CACHE_DIR or ~/.cache/flashtune)")
       ("no-cache", "compile every config afresh")
+      ("shard", po::value(&shard),
+       "I/N: run only shard I (from 0) of N of the work. Units: each (problem, config) for the exhaustive and "
+       "random strategies (the shards together run exactly the configs of one unsharded run), each (study, "
+       "problem) for the learning ones (annealing, genetic, bayes). Absent: from the environment of Open MPI "
+       "(OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/SIZE), a Slurm array (SLURM_ARRAY_TASK_ID with "
+       "SLURM_ARRAY_TASK_COUNT or _MIN/_MAX) or Slurm tasks (SLURM_PROCID/SLURM_NTASKS); 0/1 turns it off. "
+       "Join the shards' databases with flashtune db merge")
       ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);
@@ -103,7 +120,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
              "  flashtune run experiments/quickstart.yaml\n"
              "  flashtune run experiments/rows_16k_4k.yaml --db results.sqlite --device 1\n"
              "  flashtune run experiments/quickstart.yaml --compile-only --arch sm_80\n"
-             "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"))
+             "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"
+             "  flashtune run experiments/quickstart.yaml --shard 1/4 --db shard1.sqlite   # the second of 4 shares\n"
+             "  mpirun -n 4 sh -c 'flashtune run experiments/quickstart.yaml --db shard$OMPI_COMM_WORLD_RANK.sqlite'\n"))
     return 0;
 
   const auto exp = experiment::load_experiment(experiment_path);
@@ -117,8 +136,19 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     ro.templates = templates;
   }
   if (!vm.count("no-cache")) ro.cache_dir = cache.empty() ? jit::default_cache_dir() : std::filesystem::path(cache);
+  ro.shard = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
   ro.command_line = command_line;
+  if (ro.shard.sharded() && ro.shard.source != "--shard")
+    ro.command_line += "  # shard " + ro.shard.text() + " from " + ro.shard.source;
   ro.verbose = vm.count("verbose") > 0;
+  ro.on_hang = [] {  // inside the runner, with the GPU busy: no unwinding through CUDA destructors
+    try {
+      restart_after_crash("timed-out");
+    } catch (const std::exception& e) {
+      std::cerr << "flashtune run: error: " << e.what() << '\n';
+    }
+    std::_Exit(runner::kHangExitStatus);
+  };
   if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before any work
 
   std::signal(SIGINT, [](int) { runner::request_stop(); });
@@ -129,6 +159,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
   std::cout << "\nrun " << s.run_id << " (" << exp.name << ") on " << s.device_key << ": " << s.proposed << " configs";
   for (const auto& [status, n] : s.by_status) std::cout << ", " << n << " " << status;
   if (s.resumed) std::cout << ", " << s.resumed << " already recorded";
+  if (ro.shard.sharded())
+    std::cout << "; shard " << ro.shard.text() << " (" << ro.shard.source << "), " << s.other_shards
+              << " configs left to the other shards";
   if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
   std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
   if (!s.best.empty()) {
@@ -321,6 +354,41 @@ int cmd_export(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_db(const std::vector<std::string>& args) {
+  po::options_description opts("db options");
+  std::string what, out;
+  std::vector<std::string> inputs;
+  opts.add_options()
+      ("what", po::value(&what)->required(), "merge")
+      ("inputs", po::value(&inputs)->multitoken(), "databases to merge (read only, never written)")
+      ("out,o", po::value(&out), "merge: the database to merge into (created if missing)");
+  po::positional_options_description pos;
+  pos.add("what", 1).add("inputs", -1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune db merge A.sqlite B.sqlite ... -o ALL.sqlite",
+             "  flashtune db merge shard0.sqlite shard1.sqlite -o all.sqlite\n"
+             "  flashtune db merge gpu_a/*.sqlite -o all.sqlite     # again later: adds only what is new\n"
+             "\nWhat is merged, and the keys that say two rows are the same: runs (uid), problems and configs\n"
+             "(family, key), compiles (cache key) and trials (the resume key: experiment, stage, family, problem,\n"
+             "config, kernel source hash, device). A trial already in the output is not added again, so merging\n"
+             "the same input twice changes nothing. The inputs are only read.\n"))
+    return 0;
+  if (what != "merge") throw core::UserError("unknown db command '" + what + "' (merge)");
+  if (inputs.empty()) throw core::UserError("db merge needs at least one input database");
+  if (out.empty()) throw core::UserError("db merge needs the output database: -o ALL.sqlite");
+  for (const auto& in : inputs)
+    if (!std::filesystem::exists(in)) throw core::UserError(in + ": no such file");
+  db::Store store(out);
+  for (const auto& in : inputs) store.check_merge_source(in);  // every input checked before any is merged
+  for (const auto& in : inputs) {
+    const auto n = store.merge_from(in);
+    std::cout << in << ": " << n.runs_added << " runs and " << n.trials_added << " trials added, " << n.compiles_added
+              << " compiles; " << n.runs_known << " runs and " << n.trials_known << " trials were there already\n";
+  }
+  std::cout << "merged " << inputs.size() << " database(s) into " << out << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -343,6 +411,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "query") return cmd_query(args);
     if (cmd == "export") return cmd_export(args);
     if (cmd == "replay") return cmd_replay(args);
+    if (cmd == "db") return cmd_db(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const po::error& e) {
