@@ -316,8 +316,17 @@ std::optional<core::TrialStatus> Store::find_trial(
     const std::string& experiment_name, const std::string& stage, const std::string& family,
     const std::string& problem_key, const std::string& config_key, const std::string& source_hash,
     const std::string& device_key) const {
+  const auto r = find_trial_result(experiment_name, stage, family, problem_key, config_key, source_hash, device_key);
+  return r ? std::optional<core::TrialStatus>(r->status) : std::nullopt;
+}
+
+std::optional<core::TrialResult> Store::find_trial_result(
+    const std::string& experiment_name, const std::string& stage, const std::string& family,
+    const std::string& problem_key, const std::string& config_key, const std::string& source_hash,
+    const std::string& device_key) const {
   Stmt s(m_impl->db,
-         "SELECT t.status FROM trials t "
+         "SELECT t.status, t.reason, t.median_ms, t.iqr_ms, t.min_ms, t.max_ms, t.mean_ms, t.rel_stdev, "
+         "t.converged, t.cold, t.samples_json, t.gbps, t.tflops, t.stopped_early FROM trials t "
          "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id "
          "WHERE t.experiment_name = ?1 AND t.stage = ?2 AND t.family = ?3 AND p.family = ?3 "
          "AND p.key = ?4 AND c.family = ?3 AND c.key = ?5 AND t.source_hash = ?6 "
@@ -328,7 +337,19 @@ std::optional<core::TrialStatus> Store::find_trial(
   const std::string text = s.text(0);
   const auto status = core::parse_trial_status(text);
   if (!status) throw core::Error("find_trial: unknown trial status '" + text + "' in the database");
-  return status;
+  core::TrialResult r;
+  r.status = *status;
+  r.reason = s.text(1);
+  if (!s.is_null(2)) {
+    core::Timing m;
+    m.median_ms = s.real(2), m.iqr_ms = s.real(3), m.min_ms = s.real(4), m.max_ms = s.real(5);
+    m.mean_ms = s.real(6), m.rel_stdev = s.real(7);
+    m.converged = s.int64(8) != 0, m.cold = s.int64(9) != 0, m.stopped_early = s.int64(13) != 0;
+    if (!s.is_null(10)) m.samples_ms = nlohmann::json::parse(s.text(10)).get<std::vector<double>>();
+    r.timing = m;
+    r.gbps = s.real(11), r.tflops = s.real(12);
+  }
+  return r;
 }
 
 QueryResult Store::runs() const {

@@ -104,6 +104,16 @@ class Store {
   /// committed when it returns. The compile's NVRTC version is taken from the run. Returns the trial id.
   std::int64_t record_trial(const TrialRecord& trial);
 
+  /// The latest trial recorded for this resume key (arguments as find_trial), or nullopt when none: its
+  /// status, reason, timing (every sample included; nullopt when not measured), GB/s and TFLOP/s, so a
+  /// resumed run tells a learning strategy what was measured, not only that it was tried.
+  std::optional<core::TrialResult> find_trial_result(const std::string& experiment_name,
+                                                     const std::string& stage, const std::string& family,
+                                                     const std::string& problem_key,
+                                                     const std::string& config_key,
+                                                     const std::string& source_hash,
+                                                     const std::string& device_key) const;
+
   /// Status of the latest trial recorded for this resume key, or nullopt when none.
   std::optional<core::TrialStatus> find_trial(const std::string& experiment_name,
                                               const std::string& stage, const std::string& family,

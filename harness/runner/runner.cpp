@@ -354,13 +354,13 @@ class ExperimentRun {
       }
       ++n, ++m_summary.proposed;
       const std::string progress = "[" + std::to_string(n) + "/" + std::to_string(total) + "] ";
-      if (auto prior = m_store->find_trial(m_exp.name, family.stage(), family.name(), problem.key(), config->key(),
-                                           source_hash, m_summary.device_key)) {
+      if (auto prior = m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(),
+                                                  config->key(), source_hash, m_summary.device_key)) {
         ++m_summary.resumed;
-        say(progress + config->key() + ": already recorded (" + std::string(core::to_string(*prior)) + "), skipped");
-        core::TrialResult r;
-        r.status = *prior;
-        strategy->observe(*config, r);
+        std::string what(core::to_string(prior->status));
+        if (prior->timing) what += ", " + fmt(prior->timing->median_ms * 1000, 2) + " us";
+        say(progress + config->key() + ": already recorded (" + what + "), skipped");
+        strategy->observe(*config, *prior);  // a learning strategy learns the recorded time too
         continue;
       }
       if (m_gpu && !data_ready) {

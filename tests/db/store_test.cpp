@@ -717,3 +717,27 @@ TEST_F(StoreTest, MergeRefusesMissingForeignAndNewerFilesWithOneLine) {
   refused(m_dir / "bad.sqlite", "schema mismatch: table trials has no column device_bytes");
   EXPECT_EQ(out.sql("SELECT count(*) FROM runs").rows.at(0).at(0), "0");
 }
+
+TEST_F(StoreTest, FindTrialResultGivesTheRecordedTimeBackForResume) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  store.record_trial(trial(run, config(256), core::TrialStatus::ok, 0.25));
+  auto t = trial(run, config(128), core::TrialStatus::compiled, 1.0);
+  t.result.timing.reset();  // compile-only: no time
+  store.record_trial(t);
+  const auto ok = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                                          config(256).key(), "src1", "h100-sm_90a");
+  ASSERT_TRUE(ok && ok->timing);
+  EXPECT_EQ(ok->status, core::TrialStatus::ok);
+  EXPECT_DOUBLE_EQ(ok->timing->median_ms, 0.25);
+  EXPECT_EQ(ok->timing->samples_ms, (std::vector<double>{0.25 * 1.01, 0.25, 0.25 * 0.99}));
+  EXPECT_TRUE(ok->timing->converged);
+  EXPECT_FALSE(ok->timing->stopped_early);
+  EXPECT_DOUBLE_EQ(ok->gbps, 100.0 / 0.25);
+  const auto compiled = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                                                config(128).key(), "src1", "h100-sm_90a");
+  ASSERT_TRUE(compiled);
+  EXPECT_EQ(compiled->status, core::TrialStatus::compiled);
+  EXPECT_FALSE(compiled->timing);
+  EXPECT_EQ(compiled->reason, "because compiled");
+}
