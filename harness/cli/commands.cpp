@@ -3,7 +3,11 @@
 #include "harness/cli/commands.hpp"
 
 #include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <csignal>
@@ -72,6 +76,86 @@ constexpr int kMaxRestarts = 64;
   throw core::Error(std::string("could not restart: ") + std::strerror(errno));
 }
 
+// `run --devices 0,1,...`: one worker process per GPU, each `run` again with --device d and its share of
+// the work as a shard (the outer shard, from --shard or the environment, split once more per device). The
+// workers share the database file (SQLite's locks, WAL) and restart themselves after a crash or hang as a
+// single run does. Returns the worst exit status of the workers.
+int run_on_devices(const std::vector<int>& devices, const runner::Shard& outer, bool allow_mixed, bool compile_only) {
+  std::string why;
+  if (!compile_only && cuda::driver_available(&why)) {
+    const int n = cuda::device_count();
+    std::string first_name;
+    for (int d : devices) {
+      if (d < 0 || d >= n) throw core::UserError("--devices: GPU " + std::to_string(d) + " out of range: " + std::to_string(n) + " GPU(s) found");
+      const std::string name = cuda::query_device(d).name;
+      if (first_name.empty()) first_name = name;
+      else if (name != first_name && !allow_mixed)
+        throw core::UserError("--devices: GPU " + std::to_string(devices[0]) + " is " + first_name + " but GPU " +
+                              std::to_string(d) + " is " + name + "; timings of different models do not mix in one "
+                              "tuning (--allow-mixed-gpus to run anyway, each trial keyed by its own GPU)");
+    }
+  }
+  // The worker's arguments: ours without --devices, --shard and --allow-mixed-gpus, then its own.
+  std::vector<std::string> base;
+  for (int i = 0; g_argv[i]; ++i) {
+    const std::string a = g_argv[i];
+    if (a == "--devices" || a == "--shard") {
+      if (!g_argv[++i]) break;
+      continue;
+    }
+    if (a.rfind("--devices=", 0) == 0 || a.rfind("--shard=", 0) == 0 || a == "--allow-mixed-gpus") continue;
+    base.push_back(a);
+  }
+  const int k = int(devices.size());
+  std::vector<pid_t> workers;
+  for (int w = 0; w < k; ++w) {
+    std::vector<std::string> args = base;
+    const runner::Shard mine{outer.index * k + w, outer.count * k, "--devices"};
+    args.insert(args.end(), {"--device", std::to_string(devices[std::size_t(w)]), "--shard", mine.text()});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); rc != 0)
+      throw core::Error(std::string("could not start the worker for GPU ") + std::to_string(devices[std::size_t(w)]) +
+                        ": " + std::strerror(rc));
+    std::cerr << "worker " << pid << ": GPU " << devices[std::size_t(w)] << ", shard " << mine.text() << '\n';
+    workers.push_back(pid);
+  }
+  int worst = 0;
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    int st = 0;
+    while (::waitpid(workers[w], &st, 0) < 0 && errno == EINTR) {
+    }
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    std::cerr << "worker for GPU " << devices[w] << " ended with status " << code << '\n';
+    worst = std::max(worst, code);
+  }
+  return worst;
+}
+
+std::vector<int> parse_devices(const std::string& text) {
+  const std::string bad = "--devices '" + text + "': expected GPU ordinals separated by commas, e.g. 0,1";
+  std::vector<int> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int d = -1;
+    try {
+      d = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || d < 0) throw core::UserError(bad);
+    if (std::find(out.begin(), out.end(), d) != out.end())
+      throw core::UserError("--devices '" + text + "': GPU " + std::to_string(d) + " named twice");
+    out.push_back(d);
+  }
+  if (out.empty()) throw core::UserError(bad);
+  return out;
+}
+
 std::string joined_command_line(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
@@ -94,12 +178,16 @@ bool parse(const std::vector<std::string>& args, po::options_description& opts,
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
   po::options_description opts("run options");
-  std::string experiment_path, db, arch, templates, cache, shard;
+  std::string experiment_path, db, arch, templates, cache, shard, devices;
   int device = 0;
   opts.add_options()
       ("experiment", po::value(&experiment_path)->required(), "experiment YAML file")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database (created if missing)")
       ("device", po::value(&device)->default_value(0), "GPU ordinal")
+      ("devices", po::value(&devices),
+       "GPU ordinals, e.g. 0,1: one worker process per GPU, each taking a shard of the work (see --shard) "
+       "into the same database; GPUs of different models are refused")
+      ("allow-mixed-gpus", "with --devices: run on GPUs of different models anyway")
       ("compile-only", "check, enumerate and compile every config without launching (automatic without a GPU)")
       ("arch", po::value(&arch), "compile-only target (sm_80, sm_86, sm_89, sm_90, sm_90a); default: the experiment's")
       ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
@@ -122,10 +210,17 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
              "  flashtune run experiments/quickstart.yaml --compile-only --arch sm_80\n"
              "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"
              "  flashtune run experiments/quickstart.yaml --shard 1/4 --db shard1.sqlite   # the second of 4 shares\n"
-             "  mpirun -n 4 sh -c 'flashtune run experiments/quickstart.yaml --db shard$OMPI_COMM_WORLD_RANK.sqlite'\n"))
+             "  mpirun -n 4 sh -c 'exec flashtune run experiments/quickstart.yaml --db shard$OMPI_COMM_WORLD_RANK.sqlite'\n"
+             "  flashtune run experiments/quickstart.yaml --devices 0,1,2,3   # one worker per GPU\n"))
     return 0;
 
   const auto exp = experiment::load_experiment(experiment_path);
+  if (!devices.empty()) {
+    if (!vm["device"].defaulted()) throw core::UserError("give --device or --devices, not both");
+    if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before starting workers
+    const auto outer = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
+    return run_on_devices(parse_devices(devices), outer, vm.count("allow-mixed-gpus") > 0, vm.count("compile-only") > 0);
+  }
   runner::RunOptions ro;
   ro.db_path = db;
   ro.device = device;

@@ -165,3 +165,28 @@ TEST(ShardCli, ShardsFromHandSetLauncherVariablesMergeIdempotently) {
   EXPECT_NE(bad_shard.out.find("--shard '2/2'"), std::string::npos) << bad_shard.out;
   EXPECT_EQ(trial_set(f.db("all.sqlite")), expected);
 }
+
+// --devices: one worker process per GPU, each a shard; in compile-only mode (no GPU needed) the workers
+// together record exactly one unsharded run's trials into the one database.
+TEST(ShardCli, DevicesStartOneWorkerPerDeviceSharingTheWork) {
+  Fixture f;
+  ASSERT_EQ(shell(f.run("whole.sqlite")).status, 0);
+  const auto expected = trial_set(f.db("whole.sqlite"));
+  const auto two = shell(f.run("two.sqlite") + " --devices 0,1");
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_NE(two.out.find("GPU 0, shard 0/2"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("GPU 1, shard 1/2"), std::string::npos) << two.out;
+  EXPECT_EQ(trial_set(f.db("two.sqlite")), expected);
+  // Inside shard 1 of 2 (here from --shard), two devices take shards 2/4 and 3/4.
+  const auto outer = shell(f.run("outer.sqlite") + " --shard 1/2 --devices 0,1");
+  ASSERT_EQ(outer.status, 0) << outer.out;
+  EXPECT_NE(outer.out.find("GPU 1, shard 3/4"), std::string::npos) << outer.out;
+  const auto half = trial_set(f.db("outer.sqlite"));
+  EXPECT_FALSE(half.empty());
+  EXPECT_LT(half.size(), expected.size());
+
+  for (const char* bad : {" --devices 0,x", " --devices 1,1", " --devices 0,1 --device 1"}) {
+    const auto r = shell(f.run("bad.sqlite") + bad);
+    EXPECT_EQ(r.status, 2) << bad << ": " << r.out;
+  }
+}
