@@ -34,7 +34,7 @@ class Watchdog {
   explicit Watchdog(double limit_s, OnTimeout on_timeout = {}, Clock clock = steady_clock());
 
   /// Polls done() (which must never block) until it returns true. The deadline is limit_s x max(1,
-  /// launches) after the call. Between polls it sleeps, 10 us at first, doubling up to 1 ms.
+  /// launches) after the call. Between polls it sleeps, 10 us at first, doubling up to 200 us.
   void wait(const std::function<bool()>& done, int launches, const std::string& what) const;
 
   double limit_s() const noexcept { return m_limit_s; }
