@@ -55,6 +55,13 @@ struct QueryResult {
   std::vector<std::vector<std::string>> rows;
 };
 
+// What Store::merge_from added to the database, and what it found there already.
+struct MergeCounts {
+  std::int64_t runs_added = 0, runs_known = 0;      ///< runs, by uid
+  std::int64_t trials_added = 0, trials_known = 0;  ///< trials, by the resume key
+  std::int64_t compiles_added = 0;                  ///< compiles, by cache key
+};
+
 // The database at one path. Opening creates the parent folders and the file, switches to WAL, waits up
 // to kBusyTimeoutMs for other processes' locks, and migrates an older schema in one transaction.
 // Durability: WAL with synchronous=NORMAL. A commit is in the WAL file (the OS page cache) when the
@@ -97,6 +104,16 @@ class Store {
   /// committed when it returns. The compile's NVRTC version is taken from the run. Returns the trial id.
   std::int64_t record_trial(const TrialRecord& trial);
 
+  /// The latest trial recorded for this resume key (arguments as find_trial), or nullopt when none: its
+  /// status, reason, timing (every sample included; nullopt when not measured), GB/s and TFLOP/s, so a
+  /// resumed run tells a learning strategy what was measured, not only that it was tried.
+  std::optional<core::TrialResult> find_trial_result(const std::string& experiment_name,
+                                                     const std::string& stage, const std::string& family,
+                                                     const std::string& problem_key,
+                                                     const std::string& config_key,
+                                                     const std::string& source_hash,
+                                                     const std::string& device_key) const;
+
   /// Status of the latest trial recorded for this resume key, or nullopt when none.
   std::optional<core::TrialStatus> find_trial(const std::string& experiment_name,
                                               const std::string& stage, const std::string& family,
@@ -104,6 +121,19 @@ class Store {
                                               const std::string& config_key,
                                               const std::string& source_hash,
                                               const std::string& device_key) const;
+
+  /// Copies into this database what the flashtune database `source` holds and this one lacks: runs (by
+  /// uid), problems and configs (by family and key), compiles (by cache key) and trials by the resume key
+  /// of find_trial (experiment, stage, family, problem, config, source hash, device key; of several
+  /// trials of one key in `source`, the latest), each linked to the merged run, problem, config and
+  /// compile. One transaction; merging the same source again adds nothing. `source` is never written:
+  /// it is read through a snapshot (SQLite's backup API into a temporary file, migrated there when its
+  /// schema is older). Throws core::UserError (check_merge_source) before anything is written.
+  MergeCounts merge_from(const std::filesystem::path& source);
+  /// Why `source` cannot be merged, as core::UserError naming the file: it is missing, not an SQLite
+  /// database, not a flashtune database, of a newer schema than this build, or this very database.
+  /// Opens it read-only.
+  void check_merge_source(const std::filesystem::path& source) const;
 
   // Queries for the CLI. Times [ms], rates and errors are text with 5 (errors 3) significant digits.
   /// id, started, experiment, gpu, device_key, compile_only, status, trials, ok (ok or compiled).

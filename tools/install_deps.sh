@@ -4,8 +4,9 @@
 set -euo pipefail
 pkgs=(g++ cmake ninja-build git libboost-program-options-dev libsqlite3-dev libeigen3-dev libyaml-cpp-dev
       nlohmann-json3-dev libgtest-dev libmuparser-dev
-      gnuplot-nox chromium-headless-shell)  # report's plots; its test loads the page headless (a Debian
-                                            # package; Ubuntu ships chromium only as a snap)
+      openmpi-bin                             # mpirun, for the shard test
+      gnuplot-nox chromium-headless-shell)    # report's plots; its test loads the page headless (a Debian
+                                              # package; Ubuntu ships chromium only as a snap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

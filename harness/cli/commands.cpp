@@ -2,7 +2,12 @@
 // Only this file turns errors into exit codes and messages.
 #include "harness/cli/commands.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <csignal>
@@ -49,24 +54,113 @@ commands:
   export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
   report RUN|EXP --out DIR   PNG plots (gnuplot) and an HTML page of a run or an experiment
   grade                 the GStar grader's report (pass/fail per test case, benchmark vs naive) from the db
+  db merge A B ... -o C merge databases (shards, machines) without duplicating runs or trials
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
 char** g_argv = nullptr;  // kept to start a fresh process after a sticky CUDA error
 constexpr int kMaxRestarts = 64;
 
-// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU.
-// The run recorded that config as crashed; a fresh process with the same arguments resumes past it.
-[[noreturn]] void restart_after_crash() {
+// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU, and
+// a kernel past its watchdog keeps the GPU busy. The run recorded that config as crashed or timeout; a
+// fresh process with the same arguments resumes past it. Every descriptor but stdin/out/err is closed
+// across exec (the driver's among them), so the old context and any kernel still running in it end with
+// the old image instead of living on beside the new one.
+[[noreturn]] void restart_after_crash(const char* why = "crashed") {
   const char* env = std::getenv("FLASHTUNE_RESTARTS");
   const int restarts = env ? std::atoi(env) : 0;
   if (restarts >= kMaxRestarts)
-    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after crashed kernels");
+    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after " + why + " kernels");
   ::setenv("FLASHTUNE_RESTARTS", std::to_string(restarts + 1).c_str(), 1);
-  std::cerr << "restarting in a fresh process to resume past the crashed config (" << restarts + 1 << ")\n";
+  std::cerr << "restarting in a fresh process to resume past the " << why << " config (" << restarts + 1 << ")\n";
   std::cout.flush();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(entry.path().filename().c_str());
+    if (fd > 2) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
   ::execv("/proc/self/exe", g_argv);
   throw core::Error(std::string("could not restart: ") + std::strerror(errno));
+}
+
+// `run --devices 0,1,...`: one worker process per GPU, each `run` again with --device d and its share of
+// the work as a shard (the outer shard, from --shard or the environment, split once more per device). The
+// workers share the database file (SQLite's locks, WAL) and restart themselves after a crash or hang as a
+// single run does. Returns the worst exit status of the workers.
+int run_on_devices(const std::vector<int>& devices, const runner::Shard& outer, bool allow_mixed, bool compile_only) {
+  std::string why;
+  if (!compile_only && cuda::driver_available(&why)) {
+    const int n = cuda::device_count();
+    std::string first_name;
+    for (int d : devices) {
+      if (d < 0 || d >= n) throw core::UserError("--devices: GPU " + std::to_string(d) + " out of range: " + std::to_string(n) + " GPU(s) found");
+      const std::string name = cuda::query_device(d).name;
+      if (first_name.empty()) first_name = name;
+      else if (name != first_name && !allow_mixed)
+        throw core::UserError("--devices: GPU " + std::to_string(devices[0]) + " is " + first_name + " but GPU " +
+                              std::to_string(d) + " is " + name + "; timings of different models do not mix in one "
+                              "tuning (--allow-mixed-gpus to run anyway, each trial keyed by its own GPU)");
+    }
+  }
+  // The worker's arguments: ours without --devices, --shard and --allow-mixed-gpus, then its own.
+  std::vector<std::string> base;
+  for (int i = 0; g_argv[i]; ++i) {
+    const std::string a = g_argv[i];
+    if (a == "--devices" || a == "--shard") {
+      if (!g_argv[++i]) break;
+      continue;
+    }
+    if (a.rfind("--devices=", 0) == 0 || a.rfind("--shard=", 0) == 0 || a == "--allow-mixed-gpus") continue;
+    base.push_back(a);
+  }
+  const int k = int(devices.size());
+  std::vector<pid_t> workers;
+  for (int w = 0; w < k; ++w) {
+    std::vector<std::string> args = base;
+    const runner::Shard mine{outer.index * k + w, outer.count * k, "--devices"};
+    args.insert(args.end(), {"--device", std::to_string(devices[std::size_t(w)]), "--shard", mine.text()});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); rc != 0)
+      throw core::Error(std::string("could not start the worker for GPU ") + std::to_string(devices[std::size_t(w)]) +
+                        ": " + std::strerror(rc));
+    std::cerr << "worker " << pid << ": GPU " << devices[std::size_t(w)] << ", shard " << mine.text() << '\n';
+    workers.push_back(pid);
+  }
+  int worst = 0;
+  for (std::size_t w = 0; w < workers.size(); ++w) {
+    int st = 0;
+    while (::waitpid(workers[w], &st, 0) < 0 && errno == EINTR) {
+    }
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    std::cerr << "worker for GPU " << devices[w] << " ended with status " << code << '\n';
+    worst = std::max(worst, code);
+  }
+  return worst;
+}
+
+std::vector<int> parse_devices(const std::string& text) {
+  const std::string bad = "--devices '" + text + "': expected GPU ordinals separated by commas, e.g. 0,1";
+  std::vector<int> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int d = -1;
+    try {
+      d = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || d < 0) throw core::UserError(bad);
+    if (std::find(out.begin(), out.end(), d) != out.end())
+      throw core::UserError("--devices '" + text + "': GPU " + std::to_string(d) + " named twice");
+    out.push_back(d);
+  }
+  if (out.empty()) throw core::UserError(bad);
+  return out;
 }
 
 std::string joined_command_line(int argc, char** argv) {
@@ -91,17 +185,28 @@ bool parse(const std::vector<std::string>& args, po::options_description& opts,
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
   po::options_description opts("run options");
-  std::string experiment_path, db, arch, templates, cache;
+  std::string experiment_path, db, arch, templates, cache, shard, devices;
   int device = 0;
   opts.add_options()
       ("experiment", po::value(&experiment_path)->required(), "experiment YAML file")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database (created if missing)")
       ("device", po::value(&device)->default_value(0), "GPU ordinal")
+      ("devices", po::value(&devices),
+       "GPU ordinals, e.g. 0,1: one worker process per GPU, each taking a shard of the work (see --shard) "
+       "into the same database; GPUs of different models are refused")
+      ("allow-mixed-gpus", "with --devices: run on GPUs of different models anyway")
       ("compile-only", "check, enumerate and compile every config without launching (automatic without a GPU)")
       ("arch", po::value(&arch), "compile-only target (sm_80, sm_86, sm_89, sm_90, sm_90a); default: the experiment's")
       ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
       ("cache", po::value(&cache), "CUBIN cache folder (default $FLASHTUNE_CACHE_DIR or ~/.cache/flashtune)")
       ("no-cache", "compile every config afresh")
+      ("shard", po::value(&shard),
+       "I/N: run only shard I (from 0) of N of the work. Units: each (problem, config) for the exhaustive and "
+       "random strategies (the shards together run exactly the configs of one unsharded run), each (study, "
+       "problem) for the learning ones (annealing, genetic, bayes). Absent: from the environment of Open MPI "
+       "(OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/SIZE), a Slurm array (SLURM_ARRAY_TASK_ID with "
+       "SLURM_ARRAY_TASK_COUNT or _MIN/_MAX) or Slurm tasks (SLURM_PROCID/SLURM_NTASKS); 0/1 turns it off. "
+       "Join the shards' databases with flashtune db merge")
       ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);
@@ -110,10 +215,19 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
              "  flashtune run experiments/quickstart.yaml\n"
              "  flashtune run experiments/rows_16k_4k.yaml --db results.sqlite --device 1\n"
              "  flashtune run experiments/quickstart.yaml --compile-only --arch sm_80\n"
-             "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"))
+             "  flashtune run experiments/quickstart.yaml --templates my_kernels/   # edited kernels, no rebuild\n"
+             "  flashtune run experiments/quickstart.yaml --shard 1/4 --db shard1.sqlite   # the second of 4 shares\n"
+             "  mpirun -n 4 sh -c 'exec flashtune run experiments/quickstart.yaml --db shard$OMPI_COMM_WORLD_RANK.sqlite'\n"
+             "  flashtune run experiments/quickstart.yaml --devices 0,1,2,3   # one worker per GPU\n"))
     return 0;
 
   const auto exp = experiment::load_experiment(experiment_path);
+  if (!devices.empty()) {
+    if (!vm["device"].defaulted()) throw core::UserError("give --device or --devices, not both");
+    if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before starting workers
+    const auto outer = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
+    return run_on_devices(parse_devices(devices), outer, vm.count("allow-mixed-gpus") > 0, vm.count("compile-only") > 0);
+  }
   runner::RunOptions ro;
   ro.db_path = db;
   ro.device = device;
@@ -124,8 +238,19 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     ro.templates = templates;
   }
   if (!vm.count("no-cache")) ro.cache_dir = cache.empty() ? jit::default_cache_dir() : std::filesystem::path(cache);
+  ro.shard = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
   ro.command_line = command_line;
+  if (ro.shard.sharded() && ro.shard.source != "--shard")
+    ro.command_line += "  # shard " + ro.shard.text() + " from " + ro.shard.source;
   ro.verbose = vm.count("verbose") > 0;
+  ro.on_hang = [] {  // inside the runner, with the GPU busy: no unwinding through CUDA destructors
+    try {
+      restart_after_crash("timed-out");
+    } catch (const std::exception& e) {
+      std::cerr << "flashtune run: error: " << e.what() << '\n';
+    }
+    std::_Exit(runner::kHangExitStatus);
+  };
   if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before any work
 
   std::signal(SIGINT, [](int) { runner::request_stop(); });
@@ -136,6 +261,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
   std::cout << "\nrun " << s.run_id << " (" << exp.name << ") on " << s.device_key << ": " << s.proposed << " configs";
   for (const auto& [status, n] : s.by_status) std::cout << ", " << n << " " << status;
   if (s.resumed) std::cout << ", " << s.resumed << " already recorded";
+  if (ro.shard.sharded())
+    std::cout << "; shard " << ro.shard.text() << " (" << ro.shard.source << "), " << s.other_shards
+              << " configs left to the other shards";
   if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
   std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
   if (!s.best.empty()) {
@@ -427,6 +555,41 @@ int cmd_report(const std::vector<std::string>& args) {
   return 0;
 }
 
+int cmd_db(const std::vector<std::string>& args) {
+  po::options_description opts("db options");
+  std::string what, out;
+  std::vector<std::string> inputs;
+  opts.add_options()
+      ("what", po::value(&what)->required(), "merge")
+      ("inputs", po::value(&inputs)->multitoken(), "databases to merge (read only, never written)")
+      ("out,o", po::value(&out), "merge: the database to merge into (created if missing)");
+  po::positional_options_description pos;
+  pos.add("what", 1).add("inputs", -1);
+  po::variables_map vm;
+  if (!parse(args, opts, pos, vm, "flashtune db merge A.sqlite B.sqlite ... -o ALL.sqlite",
+             "  flashtune db merge shard0.sqlite shard1.sqlite -o all.sqlite\n"
+             "  flashtune db merge gpu_a/*.sqlite -o all.sqlite     # again later: adds only what is new\n"
+             "\nWhat is merged, and the keys that say two rows are the same: runs (uid), problems and configs\n"
+             "(family, key), compiles (cache key) and trials (the resume key: experiment, stage, family, problem,\n"
+             "config, kernel source hash, device). A trial already in the output is not added again, so merging\n"
+             "the same input twice changes nothing. The inputs are only read.\n"))
+    return 0;
+  if (what != "merge") throw core::UserError("unknown db command '" + what + "' (merge)");
+  if (inputs.empty()) throw core::UserError("db merge needs at least one input database");
+  if (out.empty()) throw core::UserError("db merge needs the output database: -o ALL.sqlite");
+  for (const auto& in : inputs)
+    if (!std::filesystem::exists(in)) throw core::UserError(in + ": no such file");
+  db::Store store(out);
+  for (const auto& in : inputs) store.check_merge_source(in);  // every input checked before any is merged
+  for (const auto& in : inputs) {
+    const auto n = store.merge_from(in);
+    std::cout << in << ": " << n.runs_added << " runs and " << n.trials_added << " trials added, " << n.compiles_added
+              << " compiles; " << n.runs_known << " runs and " << n.trials_known << " trials were there already\n";
+  }
+  std::cout << "merged " << inputs.size() << " database(s) into " << out << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -451,6 +614,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "grade") return cmd_grade(args);
     if (cmd == "report") return cmd_report(args);
     if (cmd == "replay") return cmd_replay(args);
+    if (cmd == "db") return cmd_db(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;
   } catch (const po::error& e) {

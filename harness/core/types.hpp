@@ -150,6 +150,7 @@ struct MeasureSettings {
   double noise_target = 0.01;  ///< stop once stdev/mean of the samples is below this
   double min_time_s = 0.02;    ///< [s] of kernel time before the noise test applies
   double max_time_s = 1.0;     ///< [s] of wall time per trial, whatever the noise
+  double watchdog_s = 10.0;    ///< [s] per launch waited for: past it the trial is a timeout (0: no watchdog)
 };
 
 struct ValidateSettings {

@@ -33,6 +33,12 @@ void Stream::destroy() noexcept {
   m_stream = nullptr;
 }
 void Stream::synchronize() const { FT_CHECK_CU(driver().cuStreamSynchronize(m_stream)); }
+bool Stream::query() const {
+  const CUresult rc = driver().cuStreamQuery(m_stream);
+  if (rc == CUDA_ERROR_NOT_READY) return false;
+  FT_CHECK_CU(rc);
+  return true;
+}
 
 Event::Event() : m_generation(context_generation()) {
   FT_CHECK_CU(driver().cuEventCreate(&m_event, CU_EVENT_DEFAULT));

@@ -19,6 +19,7 @@ class Stream {
 
   CUstream get() const noexcept { return m_stream; }
   void synchronize() const;  ///< waits for the stream's work; throws CudaError if any of it failed
+  bool query() const;        ///< true when the stream's work is done (never blocks); throws CudaError if it failed
 
  private:
   void destroy() noexcept;

@@ -177,7 +177,7 @@ std::vector<std::pair<YAML::Node, std::string>> one_or_list(const Ctx& ctx, cons
 core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const std::string& path,
                                    core::MeasureSettings m) {
   MapReader r(ctx, node, path,
-              {"mode", "warmup", "min_samples", "max_samples", "noise_target", "min_time_s", "max_time_s"});
+              {"mode", "warmup", "min_samples", "max_samples", "noise_target", "min_time_s", "max_time_s", "watchdog_s"});
   if (const Entry* e = r.get("mode")) {
     const std::string mode = to_string_value(ctx, e->value, e->path);
     if (mode != "cold" && mode != "hot") ctx.fail(e->value, e->path, "expected cold or hot, got '" + mode + "'");
@@ -206,6 +206,10 @@ core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const
   if (const Entry* e = r.get("max_time_s")) {
     m.max_time_s = to_double(ctx, e->value, e->path);
     if (m.max_time_s <= 0) ctx.fail(e->value, e->path, got_msg("must be > 0 [s]", e->value));
+  }
+  if (const Entry* e = r.get("watchdog_s")) {
+    m.watchdog_s = to_double(ctx, e->value, e->path);
+    if (m.watchdog_s < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s] (0: no watchdog)", e->value));
   }
   auto blame = [&](const char* a, const char* b) -> const Entry& {  // the key that made the pair wrong
     if (const Entry* e = r.get(a)) return *e;

@@ -26,7 +26,8 @@ void L2Flusher::flush(CUstream stream) {
 }
 
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
-                     const core::MeasureSettings& s, L2Flusher* flusher, std::optional<EarlyExit> early_exit) {
+                     const core::MeasureSettings& s, L2Flusher* flusher, std::optional<EarlyExit> early_exit,
+                     const Watchdog* watchdog) {
   using Clock = std::chrono::steady_clock;
   const auto wall_start = Clock::now();
   const CUstream st = stream.get();
@@ -38,7 +39,8 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
     if (flusher) flusher->flush(st);
     launch(st);
   }
-  stream.synchronize();
+  if (watchdog) watchdog->wait([&] { return stream.query(); }, s.warmup, "warm-up");
+  else stream.synchronize();
 
   std::vector<cuda::Event> starts(kMaxBatch), stops(kMaxBatch);
   std::vector<double> samples;
@@ -55,7 +57,8 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
       launch(st);
       stops[i].record(st);
     }
-    stops[k - 1].synchronize();
+    if (watchdog) watchdog->wait([&] { return stops[k - 1].query(); }, k, "a batch of " + std::to_string(k) + " sample(s)");
+    else stops[k - 1].synchronize();
     for (int i = 0; i < k; ++i) {
       const double ms = cuda::Event::elapsed_ms(starts[i], stops[i]);
       samples.push_back(ms);

@@ -12,6 +12,7 @@
 #include "harness/core/types.hpp"
 #include "harness/cuda/buffer.hpp"
 #include "harness/cuda/stream.hpp"
+#include "harness/measure/watchdog.hpp"
 
 namespace flashtune::measure {
 
@@ -42,9 +43,11 @@ struct EarlyExit {
 /// (converged = true); or n >= s.max_samples; or wall time > s.max_time_s; or, with `early_exit`, once
 /// n >= min(5, s.min_samples) and the median exceeds factor * incumbent (stopped_early = true).
 /// Every sample is kept. Throws cuda::CudaError when a launch fails (sticky errors included).
+/// With `watchdog`, every wait for the GPU polls under its deadline (per launch waited for) instead of
+/// blocking: a launch that never completes reaches the watchdog's OnTimeout, or throws KernelTimeout.
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
                      const core::MeasureSettings& s, L2Flusher* flusher /* nullptr = hot */,
-                     std::optional<EarlyExit> early_exit = std::nullopt);
+                     std::optional<EarlyExit> early_exit = std::nullopt, const Watchdog* watchdog = nullptr);
 
 /// [GB/s] device-to-device copy bandwidth: cuMemcpyDtoDAsync of `bytes` [bytes], after warm-up, median
 /// over `reps` event-timed copies, counted as 2 * bytes (read + write) / time, 1 GB = 1e9 bytes.

@@ -34,6 +34,7 @@
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/family.hpp"
 #include "harness/measure/measure.hpp"
+#include "harness/measure/watchdog.hpp"
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
 #include "tuner/constraint.hpp"
@@ -296,16 +297,41 @@ class ExperimentRun {
         return keep;
       });
       m_summary.pruned_by_constraints += pruned;
+      // Work units of this problem (RunOptions::shard): the whole problem for a learning strategy, each
+      // config (by its enumeration index) otherwise. Numbered the same in every shard.
+      const bool learns = is_learning(study.strategy.name);
+      const std::int64_t first_unit = m_next_unit;
+      m_next_unit += learns ? 1 : std::int64_t(configs.size());
+      std::string share;
+      const auto& shard = m_opts.shard;
+      if (shard.sharded()) {
+        std::int64_t mine = 0;
+        for (std::size_t j = 0; j < configs.size(); ++j) mine += shard.owns(learns ? first_unit : first_unit + std::int64_t(j));
+        share = "; shard " + shard.text() + " takes " + std::to_string(mine) + (learns ? " (the whole problem)" : "");
+        if (mine == 0) {
+          say("== " + family.name() + "/" + family.stage() + " " + problem.key() + ": left to the other shards");
+          continue;
+        }
+      }
       say("== " + family.name() + "/" + family.stage() + " " + problem.key() + ": " + std::to_string(configs.size()) +
-          " configs (" + std::to_string(pruned) + " pruned by constraints), strategy " + study.strategy.name);
-      run_problem(study, problem, source, source_hash, std::move(configs));
+          " configs (" + std::to_string(pruned) + " pruned by constraints), strategy " + study.strategy.name + share);
+      run_problem(study, problem, source, source_hash, std::move(configs), learns ? -1 : first_unit);
     }
   }
 
   void run_problem(const experiment::Study& study, const core::Problem& problem, const std::string& source,
-                   const std::string& source_hash, std::vector<core::Config> configs) {
+                   const std::string& source_hash, std::vector<core::Config> configs, std::int64_t first_unit) {
     const auto& family = *study.kernel;
-    const std::size_t total = configs.size();
+    // first_unit >= 0: each config is a unit (its enumeration index from first_unit); only this shard's are run.
+    std::map<std::string, std::int64_t> unit_of;
+    std::size_t total = configs.size();
+    if (first_unit >= 0 && m_opts.shard.sharded()) {
+      total = 0;
+      for (std::size_t j = 0; j < configs.size(); ++j) {
+        unit_of[configs[j].key()] = first_unit + std::int64_t(j);
+        total += m_opts.shard.owns(first_unit + std::int64_t(j));
+      }
+    }
     auto strategy = tuner::make_strategy(study.strategy, std::move(configs));
     const auto t0 = Clock::now();
     ProblemData data;
@@ -322,15 +348,19 @@ class ExperimentRun {
       }
       auto config = strategy->propose();
       if (!config) break;
+      if (!unit_of.empty() && !m_opts.shard.owns(unit_of.at(config->key()))) {
+        ++m_summary.other_shards;  // exhaustive and random ignore observations: nothing to tell them
+        continue;
+      }
       ++n, ++m_summary.proposed;
       const std::string progress = "[" + std::to_string(n) + "/" + std::to_string(total) + "] ";
-      if (auto prior = m_store->find_trial(m_exp.name, family.stage(), family.name(), problem.key(), config->key(),
-                                           source_hash, m_summary.device_key)) {
+      if (auto prior = m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(),
+                                                  config->key(), source_hash, m_summary.device_key)) {
         ++m_summary.resumed;
-        say(progress + config->key() + ": already recorded (" + std::string(core::to_string(*prior)) + "), skipped");
-        core::TrialResult r;
-        r.status = *prior;
-        strategy->observe(*config, r);
+        std::string what(core::to_string(prior->status));
+        if (prior->timing) what += ", " + fmt(prior->timing->median_ms * 1000, 2) + " us";
+        say(progress + config->key() + ": already recorded (" + what + "), skipped");
+        strategy->observe(*config, *prior);  // a learning strategy learns the recorded time too
         continue;
       }
       if (m_gpu && !data_ready) {
@@ -342,7 +372,6 @@ class ExperimentRun {
       // Early exit: with k = strategy.early_exit, a measurement stops once its median passes k x the best.
       m_early_exit.reset();
       if (study.strategy.early_exit > 1 && best) m_early_exit = measure::EarlyExit{best->median_ms, study.strategy.early_exit};
-      core::TrialResult result = run_trial(study, problem, *config, source, data);
       db::TrialRecord rec;
       rec.run_id = m_summary.run_id;
       rec.experiment_name = m_exp.name;
@@ -353,6 +382,9 @@ class ExperimentRun {
       rec.source_hash = source_hash;
       rec.device_key = m_summary.device_key;
       rec.seed = data.seed;
+      m_in_flight = rec;  // what the watchdog records should this trial never finish
+      core::TrialResult result = run_trial(study, problem, *config, source, data);
+      m_in_flight.reset();
       rec.result = result;
       m_store->record_trial(rec);
       ++m_summary.by_status[std::string(core::to_string(result.status))];
@@ -406,8 +438,9 @@ class ExperimentRun {
       slot.max_samples = std::max(slot.min_samples, slot.max_samples / rounds);
       std::vector<std::vector<double>> samples(finalists.size());
       for (int i : tuner::interleaved_order(int(finalists.size()), rounds)) {
+        const measure::Watchdog dog = watchdog(study);
         const auto t = measure::measure(ready[std::size_t(i)]->launch, m_gpu->stream, slot,
-                                        study.measure.cold ? &m_gpu->flusher : nullptr);
+                                        study.measure.cold ? &m_gpu->flusher : nullptr, std::nullopt, &dog);
         samples[std::size_t(i)].insert(samples[std::size_t(i)].end(), t.samples_ms.begin(), t.samples_ms.end());
       }
       const auto v = tuner::name_winner(finalists, samples, study.strategy.tie_band);
@@ -529,6 +562,7 @@ class ExperimentRun {
       r.status = TrialStatus::compiled;
       return r;
     }
+    if (m_in_flight) m_in_flight->result.compile = compiled.record;
     try {
       launch_and_measure(study, problem, config, shape, compiled, data, r);
     } catch (const cuda::CudaError& e) {
@@ -567,7 +601,7 @@ class ExperimentRun {
         if (data.specs[i].role == kernels::BufferRole::output)
           data.buffers[i].fill_u32(nan_pattern(data.specs[i].dtype), stream);
       launch(stream);
-      m_gpu->stream.synchronize();
+      watchdog(study).wait([&] { return m_gpu->stream.query(); }, 1, "the validation launch");
       core::Validation worst;
       std::size_t out = 0;
       const double atol = m_exp.validate.atol >= 0 ? m_exp.validate.atol : family.default_atol(problem);
@@ -605,16 +639,48 @@ class ExperimentRun {
         return;
       }
     }
+    const measure::Watchdog dog = watchdog(study);
     r.timing = measure::measure(launch, m_gpu->stream, study.measure,
-                                study.measure.cold ? &m_gpu->flusher : nullptr, m_early_exit);
+                                study.measure.cold ? &m_gpu->flusher : nullptr, m_early_exit, &dog);
     const double seconds = r.timing->median_ms * 1e-3;
     r.gbps = family.bytes_moved(problem) / seconds * 1e-9;
     r.tflops = family.flops(problem) / seconds * 1e-12;
     r.status = TrialStatus::ok;
   }
 
+  // The watchdog of a study's launches. Past its deadline the GPU is still running the kernel, so nothing
+  // that waits for the GPU may run again in this process (freeing memory or unloading the module blocks):
+  // the trial in flight is recorded as timeout, the run marked crashed, and RunOptions::on_hang restarts
+  // the process (the CLI re-executes itself, as after a sticky error), which resumes past the trial.
+  measure::Watchdog watchdog(const experiment::Study& study) {
+    const double limit = study.measure.watchdog_s;
+    return measure::Watchdog(limit, [this, limit](const std::string& what, double waited) {
+      if (m_in_flight) {
+        db::TrialRecord rec = *m_in_flight;
+        rec.result.status = TrialStatus::timeout;
+        rec.result.reason = what + " did not complete within " + fmt(waited, 1) + " s (watchdog_s: " + fmt(limit, 1) +
+                            " s per launch)";
+        m_store->record_trial(rec);
+        say("   " + rec.config.key() + ": timeout: " + rec.result.reason);
+      } else {
+        say("   " + what + " did not complete within " + fmt(waited, 1) + " s (watchdog_s: " + fmt(limit, 1) + " s)");
+      }
+      m_store->finish_run(m_summary.run_id, "crashed");
+      say("   the GPU is busy with that kernel for the rest of this process; stopping (a rerun resumes)");
+      if (m_opts.on_hang) m_opts.on_hang();
+      std::_Exit(kHangExitStatus);
+    });
+  }
+
+  static bool is_learning(const std::string& strategy) {
+    const auto names = tuner::learning_strategy_names();
+    return std::find(names.begin(), names.end(), strategy) != names.end();
+  }
+
   const experiment::Experiment& m_exp;
   const RunOptions& m_opts;
+  std::int64_t m_next_unit = 0;  // the next work unit's number (RunOptions::shard)
+  std::optional<db::TrialRecord> m_in_flight;  // the trial being run on the GPU (all but its result)
   RunSummary m_summary;
   core::DeviceLimits m_limits;
   std::optional<GpuSession> m_gpu;

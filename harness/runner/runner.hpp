@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/core/types.hpp"
+#include "harness/runner/shard.hpp"
 
 namespace flashtune::experiment {
 struct Experiment;
@@ -31,7 +32,18 @@ struct RunOptions {
   std::string command_line;                        ///< recorded with the run
   bool verbose = false;                            ///< also print each trial's registers, spills, compile time
   std::function<void(const std::string&)> print;   ///< where lines go (stderr when empty)
+  /// This process's share of the work (shard.hpp). Units: one per (problem, config) for exhaustive and
+  /// random, whose proposals do not depend on results, so the shards together run exactly the configs of
+  /// one unsharded run (budgets included); one per (study, problem) for the learning strategies.
+  Shard shard;
+  /// Called after a launch passed its watchdog (MeasureSettings::watchdog_s) and the trial was recorded
+  /// as timeout: the GPU is still busy with it, so the process must end. It should not return (the CLI
+  /// re-executes itself to resume); if it does, or is empty, the process exits with kHangExitStatus.
+  std::function<void()> on_hang;
 };
+
+/// Exit status of a process whose kernel hung past the watchdog and that was not restarted.
+constexpr int kHangExitStatus = 3;
 
 struct BestOfProblem {
   std::string family, stage, problem, config, device_key;
@@ -46,6 +58,7 @@ struct RunSummary {
   double copy_gbps = 0;          ///< [GB/s] measured device-to-device copy (0 in compile-only)
   std::int64_t proposed = 0;     ///< configs the strategies proposed
   std::int64_t resumed = 0;      ///< skipped: already recorded for the same kernel source and device
+  std::int64_t other_shards = 0; ///< configs proposed but left to other shards
   std::int64_t pruned_by_constraints = 0;
   std::map<std::string, std::int64_t> by_status;  ///< status name -> trials recorded in this run
   std::vector<BestOfProblem> best;                ///< per (study, problem): this run's fastest passing config

@@ -1,11 +1,13 @@
 // tests/cli/cli_gpu_test.cpp (label gpu; skips without a GPU): a kernel that writes out of bounds poisons
 // the CUDA context; flashtune records that config as crashed, restarts itself in a fresh process, resumes
-// past it and finishes the other configs, losing and repeating nothing.
+// past it and finishes the other configs, losing and repeating nothing. A kernel that never ends is caught
+// by the watchdog (measure.watchdog_s), recorded as timeout, and the run resumes the same way.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +74,61 @@ studies:
             "\"block_threads=64,rows_per_block=1,vec=1\",ok\n"
             "\"block_threads=128,rows_per_block=1,vec=1\",crashed\n"
             "\"block_threads=256,rows_per_block=1,vec=1\",ok\n");
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+TEST(CliGpu, EndlessKernelTimesOutAndTheRunResumesInAFreshProcess) {
+  std::string why;
+  if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_hang_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "templates");
+  for (const auto& name : jit::embedded_template_names())
+    std::ofstream(dir / "templates" / name) << jit::load_template(name, std::nullopt);
+  // The 128-thread specialization spins forever on a volatile read (y holds the NaN poison, never 12345);
+  // the others compute the right answer.
+  std::ofstream(dir / "templates" / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
+template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
+__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
+                                        long long stride_x) {
+  if (kBlockThreads == 128) {
+    volatile float* stuck = y;
+    while (stuck[0] != 12345.0f) {
+    }
+  }
+  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  float acc = 0.0f;
+  for (long long j = 0; j < cols; ++j) acc += to_float(x[row * stride_x + j]) * to_float(w[j]);
+  y[row] = acc;
+}
+)";
+  std::ofstream(dir / "hang.yaml") << R"(
+name: hang_resume
+measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 2}
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 300, cols: 100, dtype: f32}]
+    space: {block_threads: [64, 128, 256], rows_per_block: 1, vec: 1}
+)";
+  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+  const std::string db = (dir / "h.sqlite").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [status, out] = sh("timeout 120 " + bin + " run " + (dir / "hang.yaml").string() + " --no-cache --db " + db +
+                                " --templates " + (dir / "templates").string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("restarting in a fresh process to resume past the timed-out config"), std::string::npos) << out;
+  EXPECT_LT(seconds, 60) << out;
+  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+  ASSERT_EQ(qs, 0) << q;
+  EXPECT_EQ(q,
+            "config,status\n"
+            "\"block_threads=64,rows_per_block=1,vec=1\",ok\n"
+            "\"block_threads=128,rows_per_block=1,vec=1\",timeout\n"
+            "\"block_threads=256,rows_per_block=1,vec=1\",ok\n") << out;
+  const auto [rs, reason] = sh(bin + " query sql \"SELECT reason FROM trials WHERE status = 'timeout'\" --format csv --db " + db);
+  EXPECT_NE(reason.find("watchdog_s: 2.0 s"), std::string::npos) << reason;
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

@@ -600,3 +600,144 @@ TEST_F(StoreTest, TwoProcessesWriteConcurrentlyWithoutLosingTrials) {
   EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), std::to_string(2 * kPerProcess));
   EXPECT_EQ(store.runs().rows.size(), 2u);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Store::merge_from (flashtune db merge)
+
+namespace {
+
+std::string file_bytes(const std::filesystem::path& p) { return read_text(p); }
+
+// (run uid, problem, config, status, median) of every trial, sorted: what a merge must carry over.
+std::vector<std::vector<std::string>> merged_view(const Store& s) {
+  auto q = s.sql(
+      "SELECT r.uid, p.key, c.key, t.status, t.median_ms, t.samples_json, coalesce(k.cache_key, '') "
+      "FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id ORDER BY 1, 2, 3");
+  return q.rows;
+}
+
+}  // namespace
+
+TEST_F(StoreTest, MergeJoinsDatabasesWithoutDuplicatesAndAgainAddsNothing) {
+  const auto a = m_dir / "a.sqlite", b = m_dir / "b.sqlite", all = m_dir / "all.sqlite";
+  std::vector<std::vector<std::string>> expected;
+  {
+    Store sa(a), sb(b);
+    const auto ra = sa.begin_run(run_info());
+    auto t = trial(ra, config(128), core::TrialStatus::ok, 1.0);
+    t.result.compile = compile_record("key128");
+    sa.record_trial(t);
+    sa.record_trial(trial(ra, config(256), core::TrialStatus::incorrect, 2.0));
+    sa.finish_run(ra, "finished");
+    const auto rb = sb.begin_run(run_info());
+    t = trial(rb, config(512), core::TrialStatus::ok, 0.5);
+    t.result.compile = compile_record("key128");  // the same cubin: one compile row
+    sb.record_trial(t);
+    sb.record_trial(trial(rb, config(256), core::TrialStatus::ok, 3.0));  // a's key: not added again
+    for (const Store* s : {&sa, &sb})
+      for (auto& row : merged_view(*s)) expected.push_back(row);
+  }
+  const std::string a_bytes = file_bytes(a), b_bytes = file_bytes(b);
+  Store out(all);
+  const auto na = out.merge_from(a);
+  EXPECT_EQ(na.runs_added, 1);
+  EXPECT_EQ(na.trials_added, 2);
+  EXPECT_EQ(na.compiles_added, 1);
+  const auto nb = out.merge_from(b);
+  EXPECT_EQ(nb.runs_added, 1);
+  EXPECT_EQ(nb.trials_added, 1);
+  EXPECT_EQ(nb.trials_known, 1);
+  EXPECT_EQ(nb.compiles_added, 0);
+  // b's trial of config 256 shares a's resume key and is left out; the rest arrive whole, linked right.
+  expected.erase(std::remove_if(expected.begin(), expected.end(),
+                                [](const auto& r) { return r[2] == "block=256,vec=4" && r[3] == "ok"; }),
+                 expected.end());
+  std::sort(expected.begin(), expected.end());
+  auto got = merged_view(out);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(out.sql("SELECT count(*) FROM runs").rows.at(0).at(0), "2");
+  EXPECT_EQ(out.find_trial("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                           config(512).key(), "src1", "h100-sm_90a"),
+            core::TrialStatus::ok);
+
+  for (const auto& in : {a, b}) {  // idempotent
+    const auto again = out.merge_from(in);
+    EXPECT_EQ(again.runs_added + again.trials_added + again.compiles_added, 0);
+    EXPECT_EQ(again.runs_known, 1);
+  }
+  EXPECT_EQ(out.sql("SELECT count(*) FROM trials").rows.at(0).at(0), "3");
+  EXPECT_EQ(file_bytes(a), a_bytes);  // the inputs are never written
+  EXPECT_EQ(file_bytes(b), b_bytes);
+}
+
+TEST_F(StoreTest, MergeTakesAnOlderSchemaWithoutMigratingTheInput) {
+  const auto old = m_dir / "old.sqlite";
+  {
+    Raw raw(old);
+    raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations/001_initial.sql"));
+    raw.exec("PRAGMA user_version = 1");
+    raw.exec("INSERT INTO runs (experiment_name, device_key) VALUES ('old_sweep', 'a100')");
+    raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
+    raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
+    raw.exec("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
+             "source_hash, device_key, status, median_ms) "
+             "VALUES (1, 'old_sweep', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.75)");
+  }
+  Store out(m_dir / "all.sqlite");
+  EXPECT_EQ(out.merge_from(old).trials_added, 1);
+  EXPECT_EQ(out.find_trial("old_sweep", "fwd", "softmax", "rows=8,dtype=f32", "block=32", "s", "a100"),
+            core::TrialStatus::ok);
+  EXPECT_EQ(Raw(old).query("PRAGMA user_version").at(0).at(0), "1");
+}
+
+TEST_F(StoreTest, MergeRefusesMissingForeignAndNewerFilesWithOneLine) {
+  const auto all = m_dir / "all.sqlite";
+  Store out(all);
+  auto refused = [&](const std::filesystem::path& p, const std::string& words) {
+    try {
+      out.merge_from(p);
+      ADD_FAILURE() << p << " was merged";
+    } catch (const core::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(p.string() + ": " + words), std::string::npos) << e.what();
+    }
+  };
+  refused(m_dir / "missing.sqlite", "no such file");
+  std::ofstream(m_dir / "notes.txt") << "not a database, though long enough to look like one? no.\n";
+  refused(m_dir / "notes.txt", "not an SQLite database");
+  { Raw(m_dir / "other.sqlite").exec("CREATE TABLE runs (x); CREATE TABLE trials (y)"); }
+  refused(m_dir / "other.sqlite", "not a flashtune database");
+  { Store newer(m_dir / "newer.sqlite"); }
+  { Raw(m_dir / "newer.sqlite").exec("PRAGMA user_version = " + std::to_string(Store::latest_version() + 1)); }
+  refused(m_dir / "newer.sqlite", "database schema version");
+  refused(all, "is the output database itself");
+  { Store bad(m_dir / "bad.sqlite"); }
+  { Raw(m_dir / "bad.sqlite").exec("ALTER TABLE trials DROP COLUMN device_bytes"); }
+  refused(m_dir / "bad.sqlite", "schema mismatch: table trials has no column device_bytes");
+  EXPECT_EQ(out.sql("SELECT count(*) FROM runs").rows.at(0).at(0), "0");
+}
+
+TEST_F(StoreTest, FindTrialResultGivesTheRecordedTimeBackForResume) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  store.record_trial(trial(run, config(256), core::TrialStatus::ok, 0.25));
+  auto t = trial(run, config(128), core::TrialStatus::compiled, 1.0);
+  t.result.timing.reset();  // compile-only: no time
+  store.record_trial(t);
+  const auto ok = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                                          config(256).key(), "src1", "h100-sm_90a");
+  ASSERT_TRUE(ok && ok->timing);
+  EXPECT_EQ(ok->status, core::TrialStatus::ok);
+  EXPECT_DOUBLE_EQ(ok->timing->median_ms, 0.25);
+  EXPECT_EQ(ok->timing->samples_ms, (std::vector<double>{0.25 * 1.01, 0.25, 0.25 * 0.99}));
+  EXPECT_TRUE(ok->timing->converged);
+  EXPECT_FALSE(ok->timing->stopped_early);
+  EXPECT_DOUBLE_EQ(ok->gbps, 100.0 / 0.25);
+  const auto compiled = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                                                config(128).key(), "src1", "h100-sm_90a");
+  ASSERT_TRUE(compiled);
+  EXPECT_EQ(compiled->status, core::TrialStatus::compiled);
+  EXPECT_FALSE(compiled->timing);
+  EXPECT_EQ(compiled->reason, "because compiled");
+}

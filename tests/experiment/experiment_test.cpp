@@ -87,7 +87,7 @@ void expect_error(const std::string& yaml, int line, const std::string& key, con
 const char* kGood = R"(name: quickstart
 description: "row sums, two dtypes"
 arch: sm_80
-measure: {mode: hot, warmup: 5, min_samples: 20, max_samples: 200, noise_target: 0.02, min_time_s: 0.01, max_time_s: 2.0}
+measure: {mode: hot, warmup: 5, min_samples: 20, max_samples: 200, noise_target: 0.02, min_time_s: 0.01, max_time_s: 2.0, watchdog_s: 4}
 validate: {enabled: true, seed: 42, atol: 1e-5}
 studies:
   - family: fake_rows
@@ -130,6 +130,8 @@ TEST(Experiment, GoodFileGivesExpectedValues) {
   EXPECT_EQ(ex.measure.max_samples, 200);
   EXPECT_DOUBLE_EQ(ex.measure.noise_target, 0.02);
   EXPECT_DOUBLE_EQ(ex.measure.max_time_s, 2.0);
+  EXPECT_DOUBLE_EQ(ex.measure.watchdog_s, 4.0);
+  EXPECT_DOUBLE_EQ(ft::core::MeasureSettings{}.watchdog_s, 10.0);  // the default
   EXPECT_TRUE(ex.validate.enabled);
   EXPECT_EQ(ex.validate.seed, 42u);
   EXPECT_DOUBLE_EQ(ex.validate.atol, 1e-5);
@@ -293,6 +295,7 @@ TEST(ExperimentErrors, MeasureRanges) {
                "min_samples (50) > max_samples (10)");
   expect_error(replace_line(kGood, 4, "measure: {noise_target: 0}"), 4, "measure.noise_target", "must be > 0");
   expect_error(replace_line(kGood, 4, "measure: {min_time_s: -1}"), 4, "measure.min_time_s", "must be >= 0");
+  expect_error(replace_line(kGood, 4, "measure: {watchdog_s: -2}"), 4, "measure.watchdog_s", "must be >= 0");
   expect_error(replace_line(kGood, 4, "measure: {mode: lukewarm}"), 4, "measure.mode", "expected cold or hot");
   // A study override is checked against the merged settings (top level min_samples is 20).
   expect_error(replace_line(kGood, 17, "    measure: {max_samples: 5}"), 17, "studies[0].measure.max_samples",
