@@ -384,7 +384,8 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   std::string name() const override { return "attn_bwd_dkdv"; }
   std::string stage() const override { return "backward_dkdv"; }
   std::string description() const override {
-    return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics";
+    return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics; "
+           "sink-token tiles split over sink_split extra blocks, reduced in fixed order";
   }
   std::vector<std::string> constraints() const override {
     return {"block_n % (16 * num_warps) == 0", "block_n / (16 * num_warps) <= 2"};
