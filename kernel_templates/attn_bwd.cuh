@@ -2,7 +2,8 @@
 // its own (the attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq and attn_bwd_dsink families):
 //   preprocess  D_i = rowsum(dO_i * O_i), fp32
 //   dkdv        one block per (block_n keys, kv head, batch): loops over every query head of the GQA group
-//               and every query tile that can see its keys (no atomics), recomputing P = exp(S - LSE)
+//               and every query tile that can see its keys (no atomics), recomputing P = exp(S - LSE);
+//               the key tiles holding sink tokens (seen by every query) are split, see below
 //   dq          one block per (block_m queries, query head, batch): loops over the key tiles the rows see
 //   dsink       d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi, one block per head, fixed order (deterministic)
 // fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async pipelines of kStages tiles) with fp32
@@ -95,10 +96,28 @@ __device__ __forceinline__ void ft_zero(float (&acc)[kMT][kDT][4]) {
 }
 
 // Accumulator rows (rows g and g + 8 of each 16-row tile) times `mul`, rounded to T, stored at
-// base + row * row_stride for rows below `rows`; first_row is the warp's first row of the block.
+// base + row * row_stride for rows in [row_begin, rows); first_row is the warp's first row of the block.
 template <typename T, int kMT, int kDT>
 __device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int first_row, int rows,
-                                              const float (&acc)[kMT][kDT][4], float mul) {
+                                              const float (&acc)[kMT][kDT][4], float mul, int row_begin = 0) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = first_row + mt * 16 + g + 8 * r;
+      if (row >= rows || row < row_begin) continue;
+      T* p = base + row * row_stride;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
+            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
+    }
+}
+
+// Accumulator rows below `rows` as fp32, unscaled, at base + row * kDT * 8 (a dense workspace).
+template <int kMT, int kDT>
+__device__ __forceinline__ void ft_store_rows_f32(float* base, int first_row, int rows, const float (&acc)[kMT][kDT][4]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -106,11 +125,10 @@ __device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int
     for (int r = 0; r < 2; ++r) {
       const int row = first_row + mt * 16 + g + 8 * r;
       if (row >= rows) continue;
-      T* p = base + row * row_stride;
+      float* p = base + static_cast<long long>(row) * (kDT * 8);
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
-            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
+        *reinterpret_cast<float2*>(p + dt * 8 + 2 * t4) = make_float2(acc[mt][dt][2 * r], acc[mt][dt][2 * r + 1]);
     }
 }
 
@@ -186,15 +204,27 @@ __global__ void __launch_bounds__(kWarps * 32)
 // and works on S^T = K Q^T (keys as MMA rows), so P^T and dS^T are A operands straight from registers:
 //   P^T = exp(S^T scale - LSE), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Work items (query head of the group, query tile) stream through a cp.async pipeline of kStages stages
-// (Q tile, dO tile, LSE, D). Key tiles are visited heaviest first (causal: tile 0 sees every query; sink
-// tokens sit in tile 0 too).
+// (Q tile, dO tile, LSE, D).
+//
+// The sink-token hot spot (window only): a key tile holding sink tokens is seen by every query, so its
+// block alone would loop over all group x seq_q / block_m items while a band tile sees a few. With
+// sink_split S > 1 the grid gets S extra blocks per such tile. The tile's own block takes the query
+// tiles up to the end of the band of its non-sink keys, [t_first, t_mid); the extra blocks take the items
+// of the query tiles past it, [t_mid, t_end) x the group's heads, in S contiguous chunks. Those queries
+// see only the tile's sink keys, so the extra blocks' partial dK, dV are zero on every other key row and
+// only the sink rows are kept: each block writes its fp32 partial of the sink rows to its own slot of
+// the workspace (slot 0: the tile's own block, 1 + c: chunk c), and a second launch of the same kernel
+// (reduce = 1) adds the S + 1 slots in slot order and writes dK, dV of the sink rows. No atomics, no
+// counters: the same bits on every run. Workspace: (batch, heads_kv, S + 1, sink rows, head_dim) fp32,
+// for dK then for dV; sink rows = min(sink_tokens, seq_k).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     attn_bwd_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                          const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-                         T* __restrict__ dk, T* __restrict__ dv, int heads_q, int heads_kv, int seq_q, int seq_k,
-                         int window, int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss,
-                         long long k_sb, long long k_sh, long long k_ss) {
+                         T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ ws, int heads_q, int heads_kv,
+                         int seq_q, int seq_k, int window, int sink_tokens, int sink_split, int reduce, float scale,
+                         long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                         long long k_ss) {
   static_assert(kHeadDim % 16 == 0 && kBlockM % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockN % (16 * kWarps) == 0 && kBlockN / (16 * kWarps) <= 2, "a warp owns 16 or 32 keys");
   enum : int {
@@ -206,6 +236,29 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     kStageBytes = 2 * kTileBytes + 2 * kBlockM * 4,  // Q, dO, LSE, D
   };
   const float kLog2e = 1.4426950408889634f;
+  const int split = kWindow ? sink_split : 1;
+  const int sink_rows = kWindow && split > 1 ? min(sink_tokens, seq_k) : 0;
+  const int h_kv = blockIdx.y, b = blockIdx.z;
+  // One slot of the workspace: sink_rows x kHeadDim floats; dV's slots follow all of dK's.
+  const long long slot_elems = static_cast<long long>(sink_rows) * kHeadDim;
+  const long long ws_dv = static_cast<long long>(gridDim.z) * heads_kv * (split + 1) * slot_elems;
+  float* const ws_head = ws + (static_cast<long long>(b) * heads_kv + h_kv) * (split + 1) * slot_elems;
+
+  if (reduce) {  // dK, dV of the sink rows: the S + 1 partial slots added in slot order
+    for (long long e = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; e < slot_elems;
+         e += static_cast<long long>(gridDim.x) * kThreads) {
+      float sk = 0.f, sv = 0.f;
+      for (int s = 0; s <= split; ++s) {
+        sk += ws_head[s * slot_elems + e];
+        sv += ws_head[ws_dv + s * slot_elems + e];
+      }
+      const long long at = b * k_sb + h_kv * k_sh + (e / kHeadDim) * k_ss + e % kHeadDim;
+      dk[at] = from_float<T>(sk * scale);
+      dv[at] = from_float<T>(sv);
+    }
+    return;
+  }
+
   extern __shared__ __align__(128) unsigned char ft_smem[];
   const unsigned smem_k = ft_smem_u32(ft_smem);
   const unsigned smem_v = smem_k + kBlockN * kHeadDim * 2;
@@ -214,21 +267,42 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int n_block = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const int key_tiles = (seq_k + kBlockN - 1) / kBlockN;
+  int n_block = blockIdx.x, chunk = -1;  // chunk >= 0: an extra block of a split sink tile
+  if (n_block >= key_tiles) {
+    n_block = (blockIdx.x - key_tiles) / split;
+    chunk = (blockIdx.x - key_tiles) % split;
+  }
   const int group = heads_q / heads_kv;
   const int n0 = n_block * kBlockN;
   const int n1 = min(n0 + kBlockN, seq_k);
   const int warp_row0 = warp * kNTiles * 16;
+  const bool split_tile = n0 < sink_rows;
 
   const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
   const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
-  const int t_lo = rows.lo / kBlockM;
-  const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_lo : 0;
-  const int n_items = group * t_count;
+  int t_first = rows.lo / kBlockM;  // this block's query tiles [t_first, t_first + t_count) ...
+  int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
+  int item0 = 0, n_items = group * t_count;  // ... and its items [item0, item0 + n_items) of them
+  if (split_tile) {
+    // t_mid: the end of the band of the tile's non-sink keys (none when all its keys are sinks).
+    const int band_hi = n1 <= sink_tokens ? 0 : min(seq_q, max(0, n1 - 1 - mask.offset + window));
+    const int t_end = t_first + t_count;
+    const int t_mid = min(t_end, max(t_first, (band_hi + kBlockM - 1) / kBlockM));
+    if (chunk < 0) {
+      t_count = t_mid - t_first;
+      n_items = group * t_count;
+    } else {
+      t_first = t_mid, t_count = t_end - t_mid;
+      const int total = group * t_count;
+      item0 = static_cast<int>(static_cast<long long>(total) * chunk / split);
+      n_items = static_cast<int>(static_cast<long long>(total) * (chunk + 1) / split) - item0;
+    }
+  }
 
-  auto load_item = [&](int i) {  // item i into stage i % kStages
-    const int h = h_kv * group + i / t_count;
-    const int m0 = (t_lo + i % t_count) * kBlockM;
+  auto load_item = [&](int i) {  // item i of this block into stage i % kStages
+    const int h = h_kv * group + (item0 + i) / t_count;
+    const int m0 = (t_first + (item0 + i) % t_count) * kBlockM;
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
     const long long off = b * q_sb + h * q_sh + m0 * q_ss;
     ft_load_tile<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, seq_q - m0);
@@ -260,7 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     ft_cp_async_commit();
     ft_cp_async_wait<kStages - 1>();
     __syncthreads();
-    const int m0 = (t_lo + i % t_count) * kBlockM;
+    const int m0 = (t_first + (item0 + i) % t_count) * kBlockM;
     const unsigned smem_q = smem_stages + unsigned((i % kStages) * kStageBytes);
     const unsigned smem_do = smem_q + kTileBytes;
     const float* lse_s = stage_f + (i % kStages) * (kStageBytes / 4) + 2 * kTileBytes / 4;
@@ -306,8 +380,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   ft_cp_async_wait<0>();
 
   const long long out_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_store_rows<T>(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale);
-  ft_store_rows<T>(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f);
+  if (split_tile) {  // sink rows: the fp32 partial into this block's slot; the tile's own block writes the rest
+    float* slot = ws_head + (chunk + 1) * slot_elems + static_cast<long long>(n0) * kHeadDim;
+    ft_store_rows_f32(slot, warp_row0, sink_rows - n0, dk_acc);
+    ft_store_rows_f32(slot + ws_dv, warp_row0, sink_rows - n0, dv_acc);
+    if (chunk >= 0) return;
+  }
+  const int row_begin = max(0, sink_rows - n0);
+  ft_store_rows<T>(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale, row_begin);
+  ft_store_rows<T>(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f, row_begin);
 }
 
 // ---------------------------------------------------------------------------------------------

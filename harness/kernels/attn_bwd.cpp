@@ -2,8 +2,14 @@
 // stage so that each is tuned on its own: attn_bwd_preprocess (D = rowsum(dO * O)), attn_bwd_dkdv,
 // attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient). fp16 / bf16 on tensor cores; every mask
 // variant of the forward (causal, GQA / MQA, window, sink tokens; learned sinks enter through LSE and dsink).
+// attn_bwd_dkdv launches itself: with sink_split > 1 a second launch adds the split sink tiles' partials.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <variant>
+
+#include "harness/cuda/module.hpp"
 
 #include "harness/kernels/attention.hpp"
 #include "harness/kernels/attn_bwd.hpp"
@@ -60,7 +66,8 @@ class AttnBwdBase : public attn::AttentionFamily {
  public:
   double bytes_moved(const core::Problem& p) const override {
     double total = 0;
-    for (const auto& b : buffers(p)) total += double(b.elements) * double(core::dtype_size(b.dtype));
+    for (const auto& b : buffers(p))
+      if (b.role != BufferRole::workspace) total += double(b.elements) * double(core::dtype_size(b.dtype));
     return total;
   }
 };
@@ -246,6 +253,7 @@ class AttnBwdGrad : public AttnBwdBase {
                               {"lse", core::DType::f32, elements_rows(p), BufferRole::input, lo, hi},
                               {"delta", core::DType::f32, elements_rows(p), BufferRole::input, -1.0, 1.0}};
     for (const auto& [out_name, count] : outputs(p)) b.push_back({out_name, p.dtype, count, BufferRole::output, 0, 0});
+    add_workspace(p, b);
     return b;
   }
   // (q, k, v, dout, lse, delta, outputs..., heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
@@ -325,6 +333,7 @@ class AttnBwdGrad : public AttnBwdBase {
   }
 
  protected:
+  virtual void add_workspace(const core::Problem&, std::vector<BufferSpec>&) const {}
   virtual std::string kernel() const = 0;
   virtual const char* owned() const = 0;
   virtual std::int64_t warp_rows(const core::Config& c) const = 0;
@@ -339,14 +348,86 @@ class AttnBwdGrad : public AttnBwdBase {
 };
 
 class AttnBwdDkdv final : public AttnBwdGrad {
+  static constexpr std::int64_t kMaxSinkSplit = 64;
+  static std::int64_t sink_split(const core::Config& c) {
+    return c.values.count("sink_split") ? c.at("sink_split") : 1;  // configs written before the tunable
+  }
+  static bool has_sink_tiles(const core::Problem& p) { return p.get("window", 0) > 0 && p.get("sink_tokens", 0) > 0; }
+  static std::int64_t sink_rows(const core::Problem& p) {
+    return has_sink_tiles(p) ? std::min(p.get("sink_tokens", 0), p.at("seq_k")) : 0;
+  }
+  static std::int64_t active_split(const core::Config& c, const core::Problem& p) {
+    return has_sink_tiles(p) ? sink_split(c) : 1;
+  }
+  // Kernel arguments as the driver wants them: pointers to 8-byte slots holding each value.
+  static void pack(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
+                   std::vector<void*>& pointers) {
+    slots.assign(args.size(), 0);
+    pointers.clear();
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      std::visit(
+          [&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, BufferArg>) {
+              slots[i] = env.buffers.at(std::size_t(v.index));
+            } else {
+              static_assert(sizeof(V) <= sizeof(std::uint64_t));
+              std::memcpy(&slots[i], &v, sizeof v);
+            }
+          },
+          args[i]);
+      pointers.push_back(&slots[i]);
+    }
+  }
+
  public:
   std::string name() const override { return "attn_bwd_dkdv"; }
   std::string stage() const override { return "backward_dkdv"; }
   std::string description() const override {
-    return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics";
+    return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics; "
+           "sink-token tiles split over sink_split extra blocks, reduced in fixed order";
   }
   std::vector<std::string> constraints() const override {
     return {"block_n % (16 * num_warps) == 0", "block_n / (16 * num_warps) <= 2"};
+  }
+  std::vector<TunableSpec> tunables() const override {
+    auto t = AttnBwdGrad::tunables();
+    t.push_back({"sink_split", {1, 4, 16, 64},
+                 "extra blocks per key tile holding sink tokens (window only), each over a chunk of its far queries"});
+    return t;
+  }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
+    const std::int64_t s = sink_split(c);
+    if (s < 1 || s > kMaxSinkSplit) return "sink_split must be in 1.." + n(kMaxSinkSplit);
+    if (s > 1 && !has_sink_tiles(p)) return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
+    return std::nullopt;
+  }
+  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+    auto a = AttnBwdGrad::arguments(c, p);  // q .. dv (8 buffers), heads_q .. sink_tokens (6 ints), scale, strides
+    a.insert(a.begin() + kWorkspace, BufferArg{kWorkspace});
+    a.insert(a.begin() + kWorkspace + 7, {KernelArg{std::int32_t(active_split(c, p))}, KernelArg{std::int32_t(0)}});
+    return a;
+  }
+  bool launches_itself() const override { return true; }
+  // The main launch, then (split sink tiles only) the reduction of their partials: the same kernel with
+  // reduce = 1, one thread per element of the sink rows of a (kv head, batch).
+  void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
+    if (env.buffers.size() != std::size_t(kWorkspace + 1))
+      throw core::Error("attn_bwd_dkdv.launch: expects " + n(kWorkspace + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
+    auto args = arguments(c, p);
+    std::vector<std::uint64_t> slots;
+    std::vector<void*> pointers;
+    pack(args, env, slots, pointers);
+    auto stream = static_cast<CUstream>(env.stream);
+    cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
+                 stream, pointers.data());
+    if (active_split(c, p) == 1) return;
+    const std::int64_t elems = sink_rows(p) * p.at("head_dim"), threads = env.shape.threads_per_block();
+    std::int32_t one = 1;
+    std::memcpy(&slots[std::size_t(kWorkspace + 8)], &one, sizeof one);  // the reduce argument
+    const unsigned grid[3] = {unsigned((elems + threads - 1) / threads), env.shape.grid[1], env.shape.grid[2]};
+    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, pointers.data());
   }
   /// S^T, dP^T, dK and dV recomputed or accumulated: 8 * head_dim per visible pair and query head.
   double flops(const core::Problem& p) const override {
@@ -357,8 +438,19 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   std::string kernel() const override { return "attn_bwd_dkdv_kernel"; }
   const char* owned() const override { return "block_n"; }
   std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
+  // One block per key tile, plus sink_split per key tile holding sink tokens when the split is on.
   std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
-    return (p.at("seq_k") + c.at("block_n") - 1) / c.at("block_n");
+    const std::int64_t bn = c.at("block_n"), s = active_split(c, p);
+    const std::int64_t extra = s > 1 ? (sink_rows(p) + bn - 1) / bn * s : 0;
+    return (p.at("seq_k") + bn - 1) / bn + extra;
+  }
+  // The split's partial sums of the sink rows: (batch, heads_kv, slots, sink rows, head_dim) fp32 for dK
+  // and again for dV, with kMaxSinkSplit + 1 slots, whatever the config's sink_split (buffers() does not
+  // see the config); empty without sink tokens and a window.
+  void add_workspace(const core::Problem& p, std::vector<BufferSpec>& b) const override {
+    const std::int64_t slots = has_sink_tiles(p) ? kMaxSinkSplit + 1 : 0;
+    b.push_back({"sink_partials", core::DType::f32,
+                 2 * p.at("batch") * p.at("heads_kv") * slots * sink_rows(p) * p.at("head_dim"), BufferRole::workspace, 0, 0});
   }
   std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
   // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows).

@@ -80,9 +80,18 @@ class Launcher {
         ASSERT_EQ(tensors[i].values.size(), std::size_t(specs[i].elements)) << f.name() << " buffer " << specs[i].name;
         const auto packed = reference::pack(specs[i].dtype, tensors[i].values);
         bufs.back().upload(packed.data(), packed.size(), stream.get());
-      } else {
+      } else {  // outputs and workspaces: NaN, so an element or partial left unwritten shows
         bufs.back().fill_u32(nan_pattern(specs[i].dtype), stream.get());
       }
+    }
+    const auto shape = f.launch_shape(c, p, m_info.limits);
+    if (f.launches_itself()) {
+      kernels::LaunchEnv env;
+      env.stream = stream.get(), env.function = fn, env.shape = shape;
+      for (const auto& b : bufs) env.buffers.push_back(std::uint64_t(b.ptr()));
+      f.launch(env, c, p);
+      finish(specs, bufs, stream, tensors);
+      return;
     }
     const auto args = f.arguments(c, p);
     std::vector<CUdeviceptr> ptrs(args.size());
@@ -96,8 +105,15 @@ class Launcher {
       else if (const auto* y = std::get_if<std::int64_t>(&args[i])) i64[i] = *y, argv[i] = &i64[i];
       else f32[i] = std::get<float>(args[i]), argv[i] = &f32[i];
     }
-    const auto shape = f.launch_shape(c, p, m_info.limits);
     cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream.get(), argv.data());
+    finish(specs, bufs, stream, tensors);
+  }
+
+  const cuda::DeviceInfo& info() const { return m_info; }
+
+ private:
+  static void finish(const std::vector<kernels::BufferSpec>& specs, std::vector<cuda::DeviceBuffer>& bufs,
+                     cuda::Stream& stream, std::vector<kernels::HostTensor>& tensors) {
     stream.synchronize();
     for (std::size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].role != kernels::BufferRole::output) continue;
@@ -108,9 +124,6 @@ class Launcher {
     }
   }
 
-  const cuda::DeviceInfo& info() const { return m_info; }
-
- private:
   cuda::DeviceInfo m_info;
   cuda::Context m_ctx;
 };
@@ -130,7 +143,9 @@ core::Problem problem(std::map<std::string, std::int64_t> dims, core::DType d) {
 }
 
 // Configs every head dim 16..128 can run (one 16-row MMA tile per warp).
-const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}}};
+const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 1}}};
+// The sink tiles split over 7 extra blocks each (an odd count: chunks of unequal size).
+const core::Config kDkdvSplit{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 7}}};
 const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
@@ -163,17 +178,18 @@ TEST(AttnBwdGpu, EveryStageAndVariantMatchesTheReference) {
 }
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
-// sink-token hot spot, dQ, and the sink gradient's fixed-order reduction).
+// sink-token hot spot, unsplit and split over extra blocks, dQ, and the sink gradient's fixed-order
+// reduction).
 TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   Launcher gpu;
   const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
                           {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3}},
                          core::DType::bf16);
-  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"}) {
-    const auto& f = fam(name);
+  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dq", "attn_bwd_dsink"}) {
     const std::string n = name;
-    const core::Config& c = n == "attn_bwd_dsink" ? kSink : n == "attn_bwd_dkdv" ? kDkdv : kDq;
+    const auto& f = fam(n == "attn_bwd_dkdv_split" ? "attn_bwd_dkdv" : n);
+    const core::Config& c = n == "attn_bwd_dsink" ? kSink : n == "attn_bwd_dkdv" ? kDkdv : n == "attn_bwd_dq" ? kDq : kDkdvSplit;
     auto a = draw(f, p, 42), b = a;
     gpu.run(f, c, p, a);
     gpu.run(f, c, p, b);
@@ -197,6 +213,9 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
   const std::vector<M> shapes{
       {{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 333}, {"head_dim", 64}, {"causal", 1}, {"learned_sinks", 1}},
       {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 1}, {"seq_q", 300}, {"head_dim", 128}, {"causal", 1}, {"window", 64}, {"sink_tokens", 100}},
+      // the sink hot spot (split or not): a long sequence past a narrow window; seq_k < block_n
+      {{"batch", 1}, {"heads_q", 4}, {"heads_kv", 1}, {"seq_q", 1000}, {"head_dim", 16}, {"causal", 1}, {"window", 64}, {"sink_tokens", 4}},
+      {{"batch", 2}, {"heads_q", 2}, {"seq_q", 45}, {"head_dim", 32}, {"causal", 1}, {"window", 8}, {"sink_tokens", 3}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 100}, {"seq_k", 250}, {"head_dim", 32}, {"learned_sinks", 1}, {"sink_bias", 20}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 250}, {"seq_k", 100}, {"head_dim", 16}, {"causal", 1}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 200}, {"head_dim", 64}, {"causal", 1}, {"window", 1}, {"learned_sinks", 1}},
@@ -223,10 +242,13 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       const auto& delta = pre[kernels::attn_bwd::kPreDelta].values;
       const auto& lse = ft[kernels::attn::kLse].values;
       std::vector<kernels::HostTensor> kv{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}},
-                                          {core::DType::f32, lse, {}}, {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}}};
-      auto dq = kv;
-      dq.pop_back();
+                                          {core::DType::f32, lse, {}}, {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}},
+                                          {core::DType::f32, {}, {}}};  // + the workspace
+      std::vector<kernels::HostTensor> dq(kv.begin(), kv.begin() + 7);
+      auto kv_split = kv;
       gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
+      const bool split = s.window > 0 && s.sink_tokens > 0;  // sink tiles split over extra blocks
+      if (split) gpu.run(fam("attn_bwd_dkdv"), kDkdvSplit, p, kv_split);
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
       std::vector<double> dsinks;
       if (s.learned_sinks) {
@@ -255,6 +277,10 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       check("dq", dq[kernels::attn_bwd::kGradOut].values, g64.dq, g32.dq, atol);
       check("dk", kv[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
       check("dv", kv[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      if (split) {
+        check("dk (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
+        check("dv (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      }
       // d(sink) sums batch * seq_q terms, each carrying the rounding of O to the dtype through D.
       if (s.learned_sinks) check("dsinks", dsinks, g64.dsinks, g32.dsinks, atol * std::sqrt(double(s.batch * s.seq_q)));
     }

@@ -183,6 +183,58 @@ TEST(AttnBwdFamilies, CanRunRejectsBadConfigsWithReasons) {
   EXPECT_NE(dq.can_run(smem, p, dev).value_or("").find("shared memory"), std::string::npos);
 }
 
+// The sink-token split of dkdv: extra blocks per key tile holding sink tokens (window only), an fp32
+// workspace of kMaxSinkSplit + 1 slots of the sink rows, sink_split and reduce passed to the kernel.
+TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
+  const auto dev = core::DeviceLimits::for_arch("sm_90a");
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  auto config = [](std::int64_t split) {
+    return core::Config{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", split}}};
+  };
+  const std::map<std::string, std::int64_t> base{{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 1000}, {"head_dim", 16}, {"causal", 1}};
+  auto sinks = base;
+  sinks["window"] = 64, sinks["sink_tokens"] = 100;  // 100 sink tokens: key tiles 0 and 1 of 64 keys
+  const auto p = problem(dkdv, sinks);
+  const auto workspace = dkdv.buffers(p).at(kernels::attn_bwd::kWorkspace);
+  EXPECT_EQ(workspace.role, kernels::BufferRole::workspace);
+  EXPECT_EQ(workspace.dtype, core::DType::f32);
+  EXPECT_EQ(workspace.elements, 2 * 2 * 2 * 65 * 100 * 16);  // dK and dV x batch x heads_kv x slots x rows x dim
+  for (std::int64_t split : {1, 5, 64}) {
+    const auto c = config(split);
+    ASSERT_EQ(dkdv.can_run(c, p, dev), std::nullopt) << split;
+    const auto s = dkdv.launch_shape(c, p, dev);
+    EXPECT_EQ(s.grid[0], unsigned(16 + (split > 1 ? 2 * split : 0))) << split;  // 1000 keys: 16 tiles
+    const auto args = dkdv.arguments(c, p);
+    ASSERT_EQ(args.size(), 24u);
+    EXPECT_EQ(std::get<kernels::BufferArg>(args[8]).index, int(kernels::attn_bwd::kWorkspace));
+    EXPECT_EQ(std::get<std::int32_t>(args[14]), 100);    // sink_tokens
+    EXPECT_EQ(std::get<std::int32_t>(args[15]), split);  // sink_split
+    EXPECT_EQ(std::get<std::int32_t>(args[16]), 0);      // reduce: the main launch
+  }
+  // sink tokens past seq_k: every key tile holds sinks, the workspace rows stop at seq_k
+  auto few_keys = sinks;
+  few_keys["seq_k"] = 40;
+  const auto pk = problem(dkdv, few_keys);
+  EXPECT_EQ(dkdv.buffers(pk).at(kernels::attn_bwd::kWorkspace).elements, 2 * 2 * 2 * 65 * 40 * 16);
+  EXPECT_EQ(dkdv.launch_shape(config(3), pk, dev).grid[0], 1u + 3u);
+  // No sink tile to split: sink_split > 1 is refused with a reason and the workspace is empty.
+  for (const auto& dims : {base, [&] { auto d = base; d["window"] = 64; return d; }(),
+                           [&] { auto d = base; d["sink_tokens"] = 4; return d; }()}) {
+    const auto q = problem(dkdv, dims);
+    EXPECT_EQ(dkdv.buffers(q).at(kernels::attn_bwd::kWorkspace).elements, 0) << q.key();
+    EXPECT_EQ(dkdv.can_run(config(1), q, dev), std::nullopt) << q.key();
+    EXPECT_NE(dkdv.can_run(config(4), q, dev).value_or("").find("sink_split > 1 needs"), std::string::npos) << q.key();
+    EXPECT_EQ(dkdv.launch_shape(config(1), q, dev).grid[0], 16u) << q.key();
+  }
+  EXPECT_NE(dkdv.can_run(config(65), p, dev).value_or("").find("sink_split must be in 1..64"), std::string::npos);
+  EXPECT_TRUE(dkdv.launches_itself());
+  // the workspace is scratch: not part of the bytes moved
+  double io = 0;
+  for (const auto& b : dkdv.buffers(p))
+    if (b.role != kernels::BufferRole::workspace) io += double(b.elements) * double(core::dtype_size(b.dtype));
+  EXPECT_EQ(dkdv.bytes_moved(p), io);
+}
+
 // The runner's data path on the CPU: inputs filled as it fills them, both references, the pass rule.
 TEST(AttnBwdReference, SamePrecisionPassesAndAPerturbedOutputFails) {
   for (const char* name : kFamilies)
@@ -306,7 +358,7 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
       else if (sink) params = "const float*, const float*, const float*, float*, int, int, int";
       else {
         params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, const float*, " + t + "*, ";
-        if (kernel == "attn_bwd_dkdv_kernel") params += t + "*, ";
+        if (kernel == "attn_bwd_dkdv_kernel") params += t + "*, float*, int, int, ";  // dv, workspace, sink_split, reduce
         params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
       }
       inst.push_back("template __global__ void " + n + "(" + params + ");");
