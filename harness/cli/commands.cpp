@@ -186,7 +186,7 @@ bool parse(const std::vector<std::string>& args, po::options_description& opts,
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
   po::options_description opts("run options");
   std::string experiment_path, db, arch, templates, cache, shard, devices;
-  int device = 0;
+  int device = 0, compile_threads = 0;
   opts.add_options()
       ("experiment", po::value(&experiment_path)->required(), "experiment YAML file")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database (created if missing)")
@@ -200,6 +200,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
       ("templates", po::value(&templates), "folder whose .cuh files override the embedded kernel templates")
       ("cache", po::value(&cache), "CUBIN cache folder (default $FLASHTUNE_CACHE_DIR or ~/.cache/flashtune)")
       ("no-cache", "compile every config afresh")
+      ("compile-threads", po::value(&compile_threads)->default_value(0),
+       "threads that compile an exhaustive search's configs ahead of the GPU (0: all cores but one; -1: none, "
+       "each config compiled when its turn comes)")
       ("shard", po::value(&shard),
        "I/N: run only shard I (from 0) of N of the work. Units: each (problem, config) for the exhaustive and "
        "random strategies (the shards together run exactly the configs of one unsharded run), each (study, "
@@ -237,6 +240,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (!std::filesystem::is_directory(templates)) throw core::UserError("--templates " + templates + ": not a folder");
     ro.templates = templates;
   }
+  if (compile_threads < -1) throw core::UserError("--compile-threads must be -1, 0 or a number of threads");
+  ro.prefetch_threads = compile_threads;
   if (!vm.count("no-cache")) ro.cache_dir = cache.empty() ? jit::default_cache_dir() : std::filesystem::path(cache);
   ro.shard = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
   ro.command_line = command_line;
@@ -276,6 +281,15 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     }
     std::cout << '\n';
     print_table(std::cout, t, Format::table);
+  }
+  if (!s.best.empty()) {  // a backward experiment: its end-to-end score over what this experiment recorded here
+    auto trials = load_trials(db::Store(db));
+    std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != exp.name; });
+    const Table e2e = backward_end_to_end(trials);
+    if (!e2e.rows.empty()) {
+      std::cout << "\nbackward end to end (sum of the tuned stages; also: flashtune query backward " << exp.name << "):\n";
+      print_table(std::cout, e2e, Format::table);
+    }
   }
   if (s.copy_gbps > 0) std::cout << "copy bandwidth (device-to-device, read+write): " << static_cast<long>(s.copy_gbps) << " GB/s\n";
   return s.interrupted ? 130 : 0;
@@ -379,7 +393,7 @@ int cmd_query(const std::vector<std::string>& args) {
   std::string what, db, format, family;
   std::vector<std::string> rest;
   opts.add_options()
-      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | sql")
+      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | backward | sql")
       ("arg", po::value(&rest)->multitoken(), "run id(s), FAMILY and a config or problem key, or a SELECT statement")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
       ("family", po::value(&family), "best: only this kernel family")
@@ -389,13 +403,18 @@ int cmd_query(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args, opts, pos, vm,
              "flashtune query runs | trials RUN | best | compare RUN_A RUN_B | convergence RUN |\n"
-             "                      config FAMILY CONFIG_KEY | problem FAMILY PROBLEM_KEY | sql \"SELECT ...\" [options]",
+             "                      config FAMILY CONFIG_KEY | problem FAMILY PROBLEM_KEY | backward [EXPERIMENT] |\n"
+             "                      sql \"SELECT ...\" [options]",
              "  flashtune query runs\n  flashtune query trials 3 --format csv\n  flashtune query best --family softmax\n"
              "  flashtune query compare 3 5            # run 5 against run 3, config by config, within noise\n"
              "  flashtune query convergence 5 --format csv\n"
              "  flashtune query config attn_fwd block_m=64,block_n=64,num_stages=2,num_warps=4\n"
              "  flashtune query problem softmax cols=4096,rows=16384,dtype=f32\n"
+             "  flashtune query backward gpt_oss_backward   # forward, backward stages, sum, TFLOP/s\n"
              "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
+             "backward: the end-to-end score of a tuned backward per problem and GPU: the sum of the winners of\n"
+             "attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq (and attn_bwd_dsink with learned sinks), the attn_fwd\n"
+             "winner beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
              "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
              "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
              "to stderr with --format csv|json.\n"))
@@ -432,10 +451,21 @@ int cmd_query(const std::vector<std::string>& args) {
     const Table t = what == "config" ? config_across_problems(trials, rest[0], rest[1]) : problem_configs(trials, rest[0], rest[1]);
     if (t.rows.empty()) throw core::UserError("query " + what + ": no trial of " + rest[0] + " matches '" + rest[1] + "'");
     print_table(std::cout, t, f);
+  } else if (what == "backward") {
+    if (rest.size() > 1) throw core::UserError("query backward takes at most one experiment name");
+    auto trials = load_trials(store);
+    if (!arg.empty())
+      std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != arg; });
+    const Table t = backward_end_to_end(trials);
+    if (t.rows.empty())
+      throw core::UserError("query backward: no problem" + (arg.empty() ? "" : " of experiment '" + arg + "'") +
+                            " has every backward stage measured (attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq, "
+                            "and attn_bwd_dsink with learned sinks)");
+    print_table(std::cout, t, f);
   } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
     print_table(std::cout, to_table(store.sql(arg)), f);
-  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, sql)");
+  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, backward, sql)");
   return 0;
 }
 

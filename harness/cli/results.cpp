@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -264,6 +266,60 @@ Table problem_configs(const std::vector<TrialRow>& trials, const std::string& fa
                         num(t.tflops), num(t.gbps), num(t.max_abs_err, 3),
                         m ? num(*t.median_ms / fastest.at({t.stage, t.gpu}), 4) : "", std::to_string(t.run_id),
                         std::to_string(t.trial_id), t.reason});
+  }
+  return out;
+}
+
+}  // namespace flashtune::cli
+
+namespace flashtune::cli {
+
+Table backward_end_to_end(const std::vector<TrialRow>& trials) {
+  static const std::vector<std::string> kStages = {"attn_fwd", "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
+                                                   "attn_bwd_dsink"};
+  std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> by_problem;  // (problem, gpu)
+  for (const auto& t : best_per_problem(trials))
+    if (std::find(kStages.begin(), kStages.end(), t.family) != kStages.end()) {
+      auto& slot = by_problem[{t.problem, t.gpu}];
+      if (!slot.count(t.family) || *t.median_ms < *slot.at(t.family).median_ms) slot.insert_or_assign(t.family, t);
+    }
+  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "dsink_ms", "bwd_ms", "fwd_bwd_ms",
+             "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
+            {}};
+  for (const auto& [key, stage] : by_problem) {
+    const bool sinks = parse_dims(key.first).count("learned_sinks") && parse_dims(key.first).at("learned_sinks") != 0;
+    std::vector<std::string> needed = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
+    if (sinks) needed.push_back("attn_bwd_dsink");
+    if (!std::all_of(needed.begin(), needed.end(), [&](const std::string& f) { return stage.count(f) > 0; })) continue;
+    double bwd = 0;
+    std::string configs, runs;
+    std::set<std::int64_t> run_ids;
+    for (const auto& f : kStages) {
+      if (!stage.count(f)) continue;
+      const auto& t = stage.at(f);
+      if (f != "attn_fwd") bwd += *t.median_ms;
+      configs += (configs.empty() ? "" : "; ") + f.substr(f.rfind('_') + 1) + ": " + t.config;
+      run_ids.insert(t.run_id);
+    }
+    for (const auto id : run_ids) runs += (runs.empty() ? "" : " ") + std::to_string(id);
+    auto ms = [&](const char* f) { return stage.count(f) ? num(stage.at(f).median_ms, 5) : ""; };
+    std::optional<double> fwd_ms, fwd_flops;
+    if (stage.count("attn_fwd")) {
+      const auto& f = stage.at("attn_fwd");
+      fwd_ms = f.median_ms;
+      if (f.tflops) fwd_flops = *f.tflops * *f.median_ms * 1e9;  // TFLOP/s x ms
+    }
+    auto tflops = [](std::optional<double> flops, std::optional<double> time_ms) -> std::optional<double> {
+      if (!flops || !time_ms || *time_ms <= 0) return std::nullopt;
+      return *flops / (*time_ms * 1e9);
+    };
+    const std::optional<double> both = fwd_ms ? std::optional<double>(*fwd_ms + bwd) : std::nullopt;
+    out.rows.push_back({key.first, key.second, ms("attn_fwd"), ms("attn_bwd_preprocess"), ms("attn_bwd_dkdv"),
+                        ms("attn_bwd_dq"), sinks ? ms("attn_bwd_dsink") : "", num(bwd, 5), num(both, 5),
+                        num(tflops(fwd_flops, fwd_ms)),
+                        num(tflops(fwd_flops ? std::optional<double>(2.5 * *fwd_flops) : std::nullopt, bwd)),
+                        num(tflops(fwd_flops ? std::optional<double>(3.5 * *fwd_flops) : std::nullopt, both)),
+                        fwd_ms ? num(bwd / *fwd_ms, 3) : "", configs, runs});
   }
   return out;
 }

@@ -67,6 +67,13 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
 /// fastest of its stage and GPU; failed trials after them with their reasons.
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key);
 
+/// The backward's end-to-end score, per (problem, gpu) where every backward stage has a measured trial:
+/// the sum of the stage winners' medians (attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, + attn_bwd_dsink
+/// with learned sinks), the forward's winner beside it, and forward + backward. TFLOP/s count the forward's
+/// FLOPs (from its trial) and 2.5x them for the backward (DESIGN.md). Each stage was timed alone with a cold
+/// L2, so the sum is what a training step pays for these launches, up to launch gaps and L2 reuse.
+Table backward_end_to_end(const std::vector<TrialRow>& trials);
+
 /// printf-style "%.<digits>g" of v; "" when absent.
 std::string num(std::optional<double> v, int digits = 5);
 

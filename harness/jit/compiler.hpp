@@ -3,11 +3,16 @@
 // a GPU or driver (compiling for sm_90a on a laptop works). A compile error is a result, never an exception.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -56,7 +61,16 @@ class Compiler {
   /// --no-cache (NVRTC >= 12.9, whose own cache would skip ptxas and its report), the defines, the extra
   /// options, and -I<CUDA include dir> when one exists on this machine. Thread safe.
   /// Throws NvrtcError only for infrastructure failures; compile errors give record.ok == false.
+  /// A request that prefetch() has queued or is compiling is waited for, not compiled twice.
   CompileOutput compile(const CompileRequest& req) const;
+
+  /// Compiles `reqs` ahead, in order, on background threads (`threads`; 0: all cores but one, at least
+  /// one), so that a later compile() of any of them is a cache hit or a short wait: NVRTC runs on every CPU
+  /// core while the GPU measures. Results land in the disk cache, or without one in memory. Returns at once.
+  /// Requests already compiled or queued are skipped. Compile errors are kept for compile() to report.
+  void prefetch(std::vector<CompileRequest> reqs, unsigned threads = 0) const;
+  /// Requests prefetch() has queued and not yet started.
+  std::size_t prefetch_pending() const;
 
   /// The options compile() would pass for `req`, in order.
   static std::vector<std::string> options_for(const CompileRequest& req);
@@ -70,11 +84,29 @@ class Compiler {
  private:
   static constexpr std::size_t kMemoBytes = std::size_t(256) << 20;
 
+  struct Memo;
+  // Compiles without looking at the memory cache or the queue (the disk cache is used).
+  static CompileOutput compile_now(const CompileRequest& req, const std::string& key,
+                                   const std::optional<std::filesystem::path>& cache_dir, Memo& memo);
+  // compile_now, whose result or exception also goes to `promise`; the key then leaves memo.in_flight.
+  static CompileOutput compile_promised(const CompileRequest& req, const std::string& key,
+                                        const std::optional<std::filesystem::path>& cache_dir, Memo& memo,
+                                        std::promise<CompileOutput>& promise);
+  static void prefetch_worker(Memo* memo, std::optional<std::filesystem::path> cache_dir);
+
   std::optional<std::filesystem::path> m_cache_dir;
+  // Shared by copies of a compiler: what it compiled (memory cache), what it is compiling or will compile
+  // (prefetch), and its background threads, joined when the last copy goes.
   struct Memo {
     std::mutex mutex;
-    std::map<std::string, CompileOutput> entries;  // by cache key
+    std::map<std::string, CompileOutput> entries;  // by cache key (only without a disk cache)
     std::size_t bytes = 0;
+    std::map<std::string, std::shared_future<CompileOutput>> in_flight;  // queued or compiling, by key
+    std::deque<std::pair<std::string, std::pair<CompileRequest, std::shared_ptr<std::promise<CompileOutput>>>>> queue;
+    std::vector<std::thread> workers;
+    unsigned busy_workers = 0;
+    bool stop = false;
+    ~Memo();
   };
   std::shared_ptr<Memo> m_memo = std::make_shared<Memo>();
 };

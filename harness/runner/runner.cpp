@@ -332,6 +332,7 @@ class ExperimentRun {
         total += m_opts.shard.owns(first_unit + std::int64_t(j));
       }
     }
+    prefetch_compiles(study, problem, source, configs, unit_of);
     auto strategy = tuner::make_strategy(study.strategy, std::move(configs));
     const auto t0 = Clock::now();
     ProblemData data;
@@ -472,6 +473,31 @@ class ExperimentRun {
     } catch (const core::Error& e) {
       say(std::string("   finalists not re-measured: ") + e.what());
     }
+  }
+
+  // Parallel NVRTC ahead of the GPU: when the strategy will propose every config of the problem (exhaustive,
+  // or random without a smaller trial budget), the compiles of those this process will run (its shard's,
+  // runnable on the device, not yet recorded) are queued on all CPU cores but one, in the order the space
+  // lists them; run_trial()'s compile then finds each one done or in progress. A learning strategy picks
+  // its configs one by one, so its compiles are not guessed ahead.
+  void prefetch_compiles(const experiment::Study& study, const core::Problem& problem, const std::string& source,
+                         const std::vector<core::Config>& configs, const std::map<std::string, std::int64_t>& unit_of) {
+    const auto& st = study.strategy;
+    const bool proposes_all = st.name == "exhaustive" ||
+                              (st.name == "random" && (st.budget_trials == 0 || st.budget_trials >= std::int64_t(configs.size())));
+    if (!proposes_all || m_opts.prefetch_threads < 0) return;
+    const auto& family = *study.kernel;
+    const std::string source_hash = template_source_hash(family.template_file(), m_opts.templates);
+    std::vector<jit::CompileRequest> reqs;
+    for (const auto& c : configs) {
+      if (!unit_of.empty() && !m_opts.shard.owns(unit_of.at(c.key()))) continue;
+      if (family.can_run(c, problem, m_limits)) continue;
+      if (m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(), c.key(), source_hash,
+                                     m_summary.device_key))
+        continue;
+      reqs.push_back(compile_request(family, c, problem, source));
+    }
+    if (reqs.size() > 1) m_compiler->prefetch(std::move(reqs), unsigned(m_opts.prefetch_threads));
   }
 
   jit::CompileRequest compile_request(const kernels::KernelFamily& family, const core::Config& config,

@@ -29,6 +29,9 @@ struct RunOptions {
   std::string arch;                                ///< compile-only target; empty: the experiment's
   std::optional<std::filesystem::path> templates;  ///< kernel template override folder
   std::optional<std::filesystem::path> cache_dir;  ///< CUBIN cache; nullopt: no cache
+  /// Threads that compile an exhaustive search's configs ahead of the GPU (jit::Compiler::prefetch):
+  /// 0 = all cores but one, -1 = none (each config compiled when its turn comes).
+  int prefetch_threads = 0;
   std::string command_line;                        ///< recorded with the run
   bool verbose = false;                            ///< also print each trial's registers, spills, compile time
   std::function<void(const std::string&)> print;   ///< where lines go (stderr when empty)

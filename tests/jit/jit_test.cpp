@@ -334,3 +334,55 @@ TEST(TemplateStore, EveryTemplateFileIsEmbedded) {
     EXPECT_EQ(jit::load_template(n, std::nullopt), text) << n;
   }
 }
+
+// Parallel NVRTC ahead of the GPU: what prefetch() queued is compiled on background threads, and a later
+// compile() of it gives the same result without compiling it a second time.
+TEST(JitCompiler, PrefetchedRequestsCompileOnceAndGiveTheSameResult) {
+  for (const bool with_disk_cache : {false, true}) {
+    TempDir dir;
+    const jit::Compiler compiler = with_disk_cache ? jit::Compiler(dir.path()) : jit::Compiler();
+    std::vector<jit::CompileRequest> reqs;
+    for (int knob = 0; knob < 6; ++knob) {
+      reqs.push_back(scale_request("sm_90a"));
+      reqs.back().defines = {"FT_UNUSED_KNOB=" + std::to_string(knob)};
+    }
+    reqs[5].source += "\nthis is not C++;\n";  // a failure is a result, delivered like any other
+    compiler.prefetch(reqs, 2);
+    compiler.prefetch(reqs, 2);  // queued twice: compiled once
+    EXPECT_LE(compiler.prefetch_pending(), reqs.size());
+    // Asked in reverse order: the last ones are still queued (compiled here) or in flight (waited for).
+    std::vector<jit::CompileOutput> outs(reqs.size());
+    for (std::size_t i = reqs.size(); i-- > 0;) outs[i] = compiler.compile(reqs[i]);
+    EXPECT_EQ(compiler.prefetch_pending(), 0u);
+    std::set<std::string> keys;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      SCOPED_TRACE("request " + std::to_string(i) + (with_disk_cache ? ", disk cache" : ", memory"));
+      EXPECT_EQ(outs[i].record.ok, i != 5) << outs[i].record.log;
+      EXPECT_EQ(outs[i].record.cache_key, jit::Compiler::cache_key(reqs[i]));
+      keys.insert(outs[i].record.cache_key);
+      if (i == 5) continue;
+      const auto fresh = jit::Compiler().compile(reqs[i]);  // an independent compile of the same request
+      EXPECT_EQ(outs[i].cubin, fresh.cubin);
+      EXPECT_EQ(outs[i].record.resources.registers, fresh.record.resources.registers);
+      const auto again = compiler.compile(reqs[i]);  // now a hit, from memory or disk
+      EXPECT_TRUE(again.record.cache_hit);
+      EXPECT_EQ(again.cubin, outs[i].cubin);
+    }
+    EXPECT_EQ(keys.size(), reqs.size());
+  }
+}
+
+// A compiler that goes away with work still queued stops its threads without compiling the rest.
+TEST(JitCompiler, DestroyingACompilerWithQueuedPrefetchesJoinsItsThreads) {
+  std::vector<jit::CompileRequest> reqs;
+  for (int knob = 0; knob < 20; ++knob) {
+    reqs.push_back(scale_request("sm_80"));
+    reqs.back().defines = {"FT_UNUSED_KNOB=" + std::to_string(knob)};
+  }
+  {
+    const jit::Compiler compiler;
+    compiler.prefetch(reqs, 1);
+    EXPECT_GT(compiler.prefetch_pending(), 0u);
+  }
+  SUCCEED();  // reaching here without a hang or a crash is the assertion (ctest's timeout catches a hang)
+}

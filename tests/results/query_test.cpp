@@ -145,3 +145,62 @@ TEST(QueryConvergence, NamesTheStrategyOfACompileOnlyRunFromItsExperiment) {
     EXPECT_TRUE(row.at("best_so_far_ms").is_null()) << "nothing was timed";
   }
 }
+
+// The backward's end-to-end score: per problem, the sum of the stage winners, the forward beside it, and
+// TFLOP/s from the forward's FLOPs (2.5x for the backward, 3.5x for both). A problem missing a stage (the
+// sink gradient, with learned sinks) has no score.
+TEST(QueryBackward, SumsTheStageWinnersAndSkipsIncompleteProblems) {
+  Temp tmp{"query_backward"};
+  const std::string db = (tmp.dir / "b.sqlite").string();
+  {
+    flashtune::db::Store store(db);
+    flashtune::db::RunInfo info;
+    info.experiment_name = "bwd_fixture";
+    info.gpu_name = "NVIDIA H200";
+    info.gpu_arch = "sm_90a";
+    info.device_key = "h200";
+    const auto run = store.begin_run(info);
+    auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
+      auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);  // tflops = 1 / ms: 1e9 FLOP
+      t.experiment_name = "bwd_fixture";
+      store.record_trial(t);
+    };
+    auto plain = attn_problem(2048, 1);
+    plain.dims["learned_sinks"] = 0;
+    auto sinks = attn_problem(2048, 1, 2, 128);
+    sinks.dims["learned_sinks"] = 1;
+    auto no_dsink = attn_problem(4096, 1, 2, 128);
+    no_dsink.dims["learned_sinks"] = 1;
+    for (const auto& p : {plain, sinks, no_dsink}) {
+      rec("attn_fwd", p, 64, 0.2);
+      rec("attn_fwd", p, 128, 0.25);
+      rec("attn_bwd_preprocess", p, 128, 0.01);
+      rec("attn_bwd_dkdv", p, 32, 0.5);
+      rec("attn_bwd_dkdv", p, 64, 0.4);  // the winner
+      rec("attn_bwd_dq", p, 64, 0.3);
+    }
+    rec("attn_bwd_dsink", sinks, 1, 0.02);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("query backward bwd_fixture --format json --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  for (const auto& row : rows) {
+    const bool with_sinks = row.at("problem").get<std::string>().find("learned_sinks=1") != std::string::npos;
+    const double bwd = 0.01 + 0.4 + 0.3 + (with_sinks ? 0.02 : 0.0);
+    EXPECT_NEAR(row.at("fwd_ms").get<double>(), 0.2, 1e-9);
+    EXPECT_NEAR(row.at("dkdv_ms").get<double>(), 0.4, 1e-9);
+    EXPECT_NEAR(row.at("bwd_ms").get<double>(), bwd, 1e-4);
+    EXPECT_NEAR(row.at("fwd_bwd_ms").get<double>(), 0.2 + bwd, 1e-4);
+    EXPECT_NEAR(row.at("fwd_tflops").get<double>(), 5.0, 1e-3);
+    EXPECT_NEAR(row.at("bwd_tflops").get<double>(), 2.5 / bwd, 1e-3);
+    EXPECT_NEAR(row.at("fwd_bwd_tflops").get<double>(), 3.5 / (0.2 + bwd), 1e-3);
+    EXPECT_EQ(row.at("gpu"), "NVIDIA H200");
+    EXPECT_NE(row.at("configs").get<std::string>().find("dkdv: block_m=64"), std::string::npos) << row.at("configs");
+    EXPECT_EQ(row.at("problem").get<std::string>().find("seq_q=4096"), std::string::npos) << "no dsink: no score";
+  }
+  const auto none = run_cli("query backward other_experiment --db " + db);
+  EXPECT_EQ(none.status, 2);
+  EXPECT_NE(none.out.find("has every backward stage measured"), std::string::npos) << none.out;
+}
