@@ -523,12 +523,14 @@ int cmd_grade(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(args, opts, {}, vm, "flashtune grade [--db DB] [--run RUN]",
              "  flashtune run experiments/attention/gstar_forward.yaml && flashtune grade\n"
-             "  flashtune grade --db results.sqlite --run 4\n"))
+             "  flashtune grade --db results.sqlite --run 4\n"
+             "Exit status 1 when a test case or gradient check failed, 0 otherwise (not-run cases do not fail).\n"))
     return 0;
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db);
-  std::cout << gstar_report(load_trials(store, run));
-  return 0;
+  int failed = 0;
+  std::cout << gstar_report(load_trials(store, run), &failed);
+  return failed > 0 ? 1 : 0;  // like a test runner: a failed case fails the command
 }
 
 // The first executable `name` on PATH; "" when none.

@@ -250,6 +250,10 @@ std::string course_attention_csv(const std::vector<TrialRow>& trials) {
     std::string gpu;
   };
   std::map<std::tuple<std::string, std::string, std::string>, Group> groups;  // (family, problem, gpu)
+  // The backward of a problem: its stage winners (attn_bwd_*), summed when every stage was measured.
+  std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> backward;  // (problem, gpu)
+  for (const auto& t : best_per_problem(trials))
+    if (t.family.rfind("attn_bwd_", 0) == 0) backward[{t.problem, t.gpu}].insert_or_assign(t.family, t);
   for (const auto& t : trials) {
     if (t.family != "attn_fwd" && t.family != "attn_naive") continue;
     auto& g = groups[{t.family, t.problem, t.gpu}];
@@ -290,6 +294,22 @@ std::string course_attention_csv(const std::vector<TrialRow>& trials) {
     if (g.best) {
       r[3] = num(g.best->median_ms, 6);
       r[4] = mib(g.best->device_bytes);
+    }
+    if (const auto bw = backward.find({problem, gpu}); family == "attn_fwd" && bw != backward.end()) {
+      std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
+      if (at("learned_sinks", 0)) stages.push_back("attn_bwd_dsink");
+      double ms = 0;
+      std::int64_t peak = 0;
+      bool complete = true;
+      for (const auto& f : stages) {
+        const auto it = bw->second.find(f);
+        if (it == bw->second.end()) complete = false;
+        else ms += *it->second.median_ms, peak = std::max(peak, it->second.device_bytes);
+      }
+      if (complete) {
+        r[5] = num(ms, 6);
+        r[6] = mib(peak);
+      }
     }
     out.rows.push_back(std::move(r));
   }

@@ -3,6 +3,7 @@
 // naive baseline attn_naive (time, peak memory, speedup, memory ratio), in the grader's layout.
 #include "harness/cli/grade.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -21,8 +22,10 @@ struct StageInfo {
 int gstar_stage(const std::string& family, const std::map<std::string, std::int64_t>& d) {
   auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
   if (family == "weighted_row_sum") return 2;
-  if (family != "attn_fwd" && family != "attn_naive") return 0;
   const std::int64_t hq = at("heads_q", 1), hkv = at("heads_kv", hq);
+  if (family.rfind("attn_bwd_", 0) == 0)
+    return at("window", 0) > 0 || at("sink_tokens", 0) > 0 || at("learned_sinks", 0) ? 9 : 8;
+  if (family != "attn_fwd" && family != "attn_naive") return 0;
   if (at("sink_tokens", 0) > 0 || at("learned_sinks", 0)) return 7;
   if (at("window", 0) > 0) return 6;
   if (hkv < hq) return 5;
@@ -35,7 +38,9 @@ const std::map<int, const char*> kTitles = {
     {4, "Causal Flash Attention"},
     {5, "Flash Group Query Attention"},
     {6, "Flash Group Query Attention + Sliding Window Attention"},
-    {7, "Flash Group Query Attention + Sliding Window Attention & Attention Sinks"}};
+    {7, "Flash Group Query Attention + Sliding Window Attention & Attention Sinks"},
+    {8, "GQA Backward Pass"},
+    {9, "GQA + SWDA + Attention Sinks Backward Pass"}};
 
 // "(B=1, H=16, L=4096, D=16)" in the grader's words; GQA, window and sinks when present.
 std::string describe(int stage, const std::map<std::string, std::int64_t>& d) {
@@ -67,28 +72,122 @@ std::string fixed(double v, int prec) {
 
 std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
 
+const TrialRow* fastest(const std::vector<const TrialRow*>& ts) {
+  const TrialRow* best = nullptr;
+  for (const auto* t : ts)
+    if (t->measured() && (!best || *t->median_ms < *best->median_ms)) best = t;
+  return best;
+}
+
+// The verdict of one family's trials on one case: 1 passed (a trial is ok), -1 failed (trials ran, none
+// ok; *bad names one), 0 not run (none, or compiled only).
+int verdict(const std::vector<const TrialRow*>& ts, const TrialRow** bad) {
+  bool ran = false;
+  for (const auto* t : ts) {
+    if (t->status == "ok") return 1;
+    if (t->status != "compiled" && t->status != "invalid_config") ran = true, *bad = t;
+  }
+  return ran ? -1 : 0;
+}
+
+// Stages 8 and 9 in the optional grader's words: per case, the forward and each gradient, then the
+// tuned forward, backward (the sum of its stage winners) and forward + backward.
+void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::string, std::string>,
+                                                             std::map<std::string, std::vector<const TrialRow*>>>& cases,
+                    int* passed, int* failed, int* not_run) {
+  for (const auto& [key, fam] : cases) {
+    std::map<std::string, std::int64_t> d = parse_dims(key.first);
+    auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
+    out << "Running test case: batch=" << at("batch", 1) << ", heads_q=" << at("heads_q", 1)
+        << ", heads_kv=" << at("heads_kv", at("heads_q", 1)) << ", seq_len=" << at("seq_q", 0) << ", dim=" << at("head_dim", 0);
+    if (at("causal", 0)) out << ", causal=1";
+    if (at("window", 0) > 0) out << ", window_size=" << at("window", 0);
+    if (at("sink_tokens", 0) > 0) out << ", sink_size=" << at("sink_tokens", 0);
+    if (at("learned_sinks", 0)) out << ", learned_sinks=1";
+    out << (key.second.empty() ? "" : " on " + key.second) << '\n';
+    std::vector<std::pair<std::string, std::string>> checks = {{"attn_fwd", "Forward Pass Results"},
+                                                               {"attn_bwd_preprocess", "Backward Pass Results on D = rowsum(dO * O)"},
+                                                               {"attn_bwd_dq", "Backward Pass Results on dQ"},
+                                                               {"attn_bwd_dkdv", "Backward Pass Results on dK"},
+                                                               {"attn_bwd_dkdv", "Backward Pass Results on dV"}};
+    if (at("learned_sinks", 0)) checks.push_back({"attn_bwd_dsink", "Backward Pass Results on dSink"});
+    for (const auto& [family, what] : checks) {
+      const auto it = fam.find(family);
+      const TrialRow* bad = nullptr;
+      const int v = it == fam.end() ? 0 : verdict(it->second, &bad);
+      if (v > 0) ++*passed, out << "\u2705 " << what << " match\n";
+      else if (v < 0)
+        ++*failed, out << "\u274c " << what << " do not match: " << family << " " << bad->status
+                       << (bad->reason.empty() ? "" : " (" + bad->reason + ")") << '\n';
+      else ++*not_run, out << "\u23ed " << what << " not run (" << family << (it == fam.end() ? " absent" : " compiled only") << ")\n";
+    }
+    // The benchmark: the tuned stages, when every one was measured.
+    std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
+    if (at("learned_sinks", 0)) stages.push_back("attn_bwd_dsink");
+    double bwd = 0;
+    std::int64_t peak = 0;
+    bool complete = true;
+    for (const auto& f : stages) {
+      const auto it = fam.find(f);
+      const TrialRow* t = it == fam.end() ? nullptr : fastest(it->second);
+      if (!t) complete = false;
+      else bwd += *t->median_ms, peak = std::max(peak, t->device_bytes);
+    }
+    const auto fw = fam.find("attn_fwd");
+    const TrialRow* fwd = fw == fam.end() ? nullptr : fastest(fw->second);
+    if (!complete) {
+      out << '\n';
+      continue;
+    }
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    out << "\n--- Running Performance Benchmark (P" << st << ") ---\n"
+        << pad("Implementation", 36) << "| " << pad("Avg Time (ms)", 21) << "| " << pad("Peak Memory (GB)", 20) << '\n'
+        << std::string(80, '-') << '\n';
+    if (fwd)
+      out << pad("flashtune forward", 36) << "| " << pad(fixed(*fwd->median_ms, 4), 21) << "| "
+          << pad(fwd->device_bytes > 0 ? fixed(fwd->device_bytes / gib, 4) : "n/a", 20) << '\n';
+    out << pad("flashtune backward (" + std::to_string(stages.size()) + " stages)", 36) << "| " << pad(fixed(bwd, 4), 21)
+        << "| " << pad(peak > 0 ? fixed(peak / gib, 4) : "n/a", 20) << '\n';
+    if (fwd)
+      out << pad("flashtune forward + backward", 36) << "| " << pad(fixed(*fwd->median_ms + bwd, 4), 21) << "| "
+          << pad(std::max(peak, fwd->device_bytes) > 0 ? fixed(std::max(peak, fwd->device_bytes) / gib, 4) : "n/a", 20) << '\n';
+    out << std::string(80, '-') << "\n\n";
+  }
+}
+
 }  // namespace
 
-std::string gstar_report(const std::vector<TrialRow>& trials) {
+std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total) {
   // (stage, problem key, gpu) -> the family's trials; the naive baseline kept apart.
   struct Case {
     std::map<std::string, std::int64_t> dims;
     std::vector<const TrialRow*> kernel, naive;
   };
   std::map<int, std::map<std::pair<std::string, std::string>, Case>> stages;
+  std::map<int, std::map<std::pair<std::string, std::string>, std::map<std::string, std::vector<const TrialRow*>>>> backward;
+  std::set<std::pair<std::string, std::string>> backward_problems;
+  for (const auto& t : trials)
+    if (t.family.rfind("attn_bwd_", 0) == 0) backward_problems.insert({t.problem, t.gpu});
+  int failed_sum = 0;
   for (const auto& t : trials) {
     std::string dtype;
     const auto d = parse_dims(t.problem, &dtype);
-    const int st = gstar_stage(t.family, d);
+    int st = gstar_stage(t.family, d);
+    if (backward_problems.count({t.problem, t.gpu}) && t.family != "attn_naive") {
+      st = gstar_stage("attn_bwd_", d);  // the forward of a backward case is graded with it
+      backward[st][{t.problem, t.gpu}][t.family].push_back(&t);
+      continue;
+    }
     if (st == 0) continue;
     auto& c = stages[st][{t.problem, t.gpu}];
     c.dims = d;
     (t.family == "attn_naive" ? c.naive : c.kernel).push_back(&t);
   }
   std::ostringstream out;
-  if (stages.empty()) {
-    out << "no trials of a GStar stage (weighted_row_sum, attn_fwd) in the database: run experiments/gstar_*.yaml "
-           "or experiments/attention/gstar_*.yaml first\n";
+  if (stages.empty() && backward.empty()) {
+    out << "no trials of a GStar stage (weighted_row_sum, attn_fwd, attn_bwd_*) in the database: run "
+           "experiments/gstar_*.yaml or experiments/attention/gstar_*.yaml first\n";
+    if (failed_total) *failed_total = 0;
     return out.str();
   }
   for (const auto& [st, cases] : stages) {
@@ -109,7 +208,7 @@ std::string gstar_report(const std::vector<TrialRow>& trials) {
         ++passed;
         out << "\u2705 P" << st << " Correctness Test Passed! " << what << '\n';
       } else if (ran) {
-        ++failed;
+        ++failed, ++failed_sum;
         out << "\u274c P" << st << " Correctness Test Failed! " << what << ": " << bad->status
             << (bad->reason.empty() ? "" : " (" + bad->reason + ")") << '\n';
       } else {
@@ -152,6 +251,17 @@ std::string gstar_report(const std::vector<TrialRow>& trials) {
     }
     out << '\n';
   }
+  for (const auto& [st, cases] : backward) {
+    out << "--- Running Autograder for Problem " << st << ": " << kTitles.at(st) << " ---\n";
+    int passed = 0, failed = 0, not_run = 0;
+    backward_stage(out, st, cases, &passed, &failed, &not_run);
+    failed_sum += failed;
+    if (failed == 0 && not_run == 0 && passed > 0) out << "All P" << st << " checks passed!\n\n";
+    else out << "P" << st << ": " << passed << " checks passed, " << failed << " failed, " << not_run << " not run.\n";
+    out << "(backward = the sum of its stages' fastest tuned configs, each timed alone with a cold L2; peak memory =\n"
+           "the largest allocation of one stage's trial; no naive backward runs on the GPU: no speedup line)\n\n";
+  }
+  if (failed_total) *failed_total = failed_sum;
   return out.str();
 }
 

@@ -13,7 +13,10 @@ namespace flashtune::cli {
 /// window, 7 sinks. A test case (problem) passes when a trial of it is ok (validated against the fp64
 /// reference within the pass rule), fails when trials ran and none was ok, and is "not run" when only
 /// compiled. The benchmark compares the fastest attn_fwd trial with the fastest attn_naive trial of the
-/// same problem and GPU.
-std::string gstar_report(const std::vector<TrialRow>& trials);
+/// same problem and GPU. Stages 8 (backward) and 9 (backward with a window or sinks): every problem that
+/// has attn_bwd_* trials, checked per gradient as the optional grader does (forward, D, dQ, dK, dV, and
+/// d(sink) with learned sinks), then the tuned forward, backward (sum of its stage winners) and their sum.
+/// *failed (when given) receives the number of failed test cases and checks.
+std::string gstar_report(const std::vector<TrialRow>& trials, int* failed = nullptr);
 
 }  // namespace flashtune::cli

@@ -143,6 +143,33 @@ TEST_F(ExportTest, CourseAttentionCsvHasTheCourseColumns) {
   EXPECT_NE(all.find("\nflashtune_attn_fwd_f16_gqa,256,1024,,,,,1.312,incorrect,NVIDIA H200\n"), std::string::npos) << all;
 }
 
+// The backward columns of an attn_fwd row: its problem's tuned backward stages summed, once every stage
+// was measured; the largest stage allocation as the peak.
+TEST_F(ExportTest, CourseAttentionCsvSumsTheTunedBackwardStages) {
+  {
+    flashtune::db::Store store(db);
+    flashtune::db::RunInfo info;
+    info.experiment_name = "results_fixture";
+    info.gpu_name = "NVIDIA H200";
+    info.gpu_arch = "sm_90a";
+    info.device_key = "h200";
+    const auto run = store.begin_run(info);
+    const auto p = attn_problem(4096, 1);  // the fixture's forward ran it (0.24 ms)
+    store.record_trial(make_trial(run, "attn_bwd_preprocess", p, attn_config(128, 64, 4), TrialStatus::ok, 0.01, 0.01, 3 << 20));
+    store.record_trial(make_trial(run, "attn_bwd_dkdv", p, attn_config(64, 64, 4), TrialStatus::ok, 0.5, 0.01, 6 << 20));
+    store.record_trial(make_trial(run, "attn_bwd_dkdv", p, attn_config(32, 64, 4), TrialStatus::ok, 0.4, 0.01, 6 << 20));
+    store.record_trial(make_trial(run, "attn_bwd_dq", p, attn_config(64, 64, 4), TrialStatus::ok, 0.3, 0.01, 5 << 20));
+    store.record_trial(make_trial(run, "attn_bwd_dq", attn_problem(1024, 1), attn_config(64, 64, 4), TrialStatus::ok, 0.1));
+    store.finish_run(run, "finished");
+  }
+  const fs::path out = tmp.dir / "a.csv";
+  ASSERT_EQ(run_cli("export --format course-attention --out " + out.string() + " --db " + db).status, 0);
+  const std::string all = read_file(out);
+  EXPECT_NE(all.find("\nflashtune_attn_fwd_f16_causal,256,4096,0.24,4.000,0.71,6.000,8.250,ok,NVIDIA H200\n"), std::string::npos) << all;
+  // L = 1024 causal has only a dQ trial: no backward sum
+  EXPECT_NE(all.find("\nflashtune_attn_fwd_f16_causal,256,1024,0.06,1.000,,,2.062,ok,NVIDIA H200\n"), std::string::npos) << all;
+}
+
 TEST_F(ExportTest, UnknownFormatIsOneLine) {
   const auto r = run_cli("export --format xml --db " + db);
   EXPECT_EQ(r.status, 2);

@@ -11,7 +11,7 @@ TEST(Grade, PrintsTheGradersLinesAndTheBenchmarkAgainstNaive) {
   const std::string db = (tmp.dir / "r.sqlite").string();
   FixtureDb fx(db);
   const auto r = run_cli("grade --db " + db);
-  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(r.status, 1) << "the fixture's P5 case failed\n" << r.out;
   const std::string& o = r.out;
   EXPECT_NE(o.find("--- Running Autograder for Problem 3: Non-Causal Flash Attention ---\n"
                    "\u2705 P3 Correctness Test Passed! (B=1, H=16, L=1024, D=16) on NVIDIA H200\n"
@@ -43,4 +43,55 @@ TEST(Grade, SaysWhatToRunOnAnEmptyDatabase) {
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("no trials of a GStar stage"), std::string::npos) << r.out;
   EXPECT_EQ(run_cli("grade --db " + (tmp.dir / "missing.sqlite").string()).status, 2);
+}
+
+// Stages 8 and 9 (the optional grader): per case the forward and every gradient, failures named, the tuned
+// forward + backward; a failed check makes the command exit 1.
+TEST(Grade, BackwardStagesCheckEveryGradientAndSumTheTunedStages) {
+  Temp tmp("grade_bwd");
+  const std::string db = (tmp.dir / "b.sqlite").string();
+  {
+    flashtune::db::Store store(db);
+    flashtune::db::RunInfo info;
+    info.experiment_name = "results_fixture";
+    info.gpu_name = "NVIDIA H200";
+    info.gpu_arch = "sm_90a";
+    info.device_key = "h200";
+    const auto run = store.begin_run(info);
+    auto rec = [&](const std::string& family, const flashtune::core::Problem& p, TrialStatus st, double ms) {
+      store.record_trial(make_trial(run, family, p, attn_config(64, 64, 4), st, ms));
+    };
+    auto gqa = attn_problem(4096, 1, 1);  // stage 8
+    gqa.dims["learned_sinks"] = 0;
+    auto swa = attn_problem(4096, 1, 1, 256, 4);  // stage 9
+    swa.dims["learned_sinks"] = 1;
+    for (const auto& p : {gqa, swa}) {
+      rec("attn_fwd", p, TrialStatus::ok, 0.03);
+      rec("attn_bwd_preprocess", p, TrialStatus::ok, 0.005);
+      rec("attn_bwd_dkdv", p, TrialStatus::ok, 0.13);
+      rec("attn_bwd_dq", p, TrialStatus::ok, 0.03);
+    }
+    rec("attn_bwd_dsink", swa, TrialStatus::incorrect, 0);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("grade --db " + db);
+  EXPECT_EQ(r.status, 1) << "a failed gradient check fails the command\n" << r.out;
+  const std::string& o = r.out;
+  EXPECT_NE(o.find("--- Running Autograder for Problem 8: GQA Backward Pass ---\n"
+                   "Running test case: batch=1, heads_q=16, heads_kv=1, seq_len=4096, dim=16, causal=1 on NVIDIA H200\n"
+                   "\u2705 Forward Pass Results match\n"
+                   "\u2705 Backward Pass Results on D = rowsum(dO * O) match\n"
+                   "\u2705 Backward Pass Results on dQ match\n"
+                   "\u2705 Backward Pass Results on dK match\n"
+                   "\u2705 Backward Pass Results on dV match\n"),
+            std::string::npos)
+      << o;
+  EXPECT_NE(o.find("flashtune backward (3 stages)       | 0.1650 "), std::string::npos) << o;
+  EXPECT_NE(o.find("flashtune forward + backward        | 0.1950 "), std::string::npos) << o;
+  EXPECT_NE(o.find("All P8 checks passed!"), std::string::npos) << o;
+  EXPECT_NE(o.find("Problem 9: GQA + SWDA + Attention Sinks Backward Pass"), std::string::npos) << o;
+  EXPECT_NE(o.find("window_size=256, sink_size=4, learned_sinks=1"), std::string::npos) << o;
+  EXPECT_NE(o.find("\u274c Backward Pass Results on dSink do not match: attn_bwd_dsink incorrect"), std::string::npos) << o;
+  EXPECT_NE(o.find("P9: 5 checks passed, 1 failed, 0 not run."), std::string::npos) << o;
+  EXPECT_EQ(o.find("Problem 3"), std::string::npos) << "the forward of a backward case is graded with it";
 }
