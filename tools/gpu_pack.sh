@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 cmake --build build -j "$(nproc)" >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin/lib
 cp build/harness/cli/flashtune .gpu/bin/
-find build/tests -type f -name '*_test' -perm -u+x -exec cp {} .gpu/bin/ \;
+# The GPU test binaries (CI runs the CPU ones); FT_PACK_ALL_TESTS=1 packs every test binary (past 64 MiB).
+if [ -n "${FT_PACK_ALL_TESTS:-}" ]; then
+  find build/tests -type f -name '*_test' -perm -u+x -exec cp {} .gpu/bin/ \;
+else
+  find build/tests -type f \( -name '*gpu*_test' -o -name 'gpu_*_test' \) -perm -u+x -exec cp {} .gpu/bin/ \;
+fi
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Shared libraries that are neither the C/C++ runtime nor CUDA's: copy them beside the binaries.
 for b in .gpu/bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \//{print $1" "$3}' | sort -u |
