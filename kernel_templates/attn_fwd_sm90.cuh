@@ -137,9 +137,10 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
 }
 
 // ---------------------------------------------------------------------------------------------
-template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, bool kCausal,
-          bool kWindow, bool kLearnedSinks>
-__global__ void __launch_bounds__(kWarpgroups * 128, 1)
+// kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
+template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, int kMinBlocks,
+          bool kCausal, bool kWindow, bool kLearnedSinks>
+__global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
                           int heads_kv, int seq_q, int seq_k, int window, int sink_tokens, float scale_log2,
