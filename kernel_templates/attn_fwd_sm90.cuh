@@ -138,8 +138,10 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
 
 // ---------------------------------------------------------------------------------------------
 // kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
+// kEpilogue: 1 = O written from the accumulators (4-byte stores); 2 = O staged in the Q tile's shared
+// memory, then written in 16-byte rows (fewer, fully used store sectors).
 template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, int kMinBlocks,
-          bool kCausal, bool kWindow, bool kLearnedSinks>
+          int kEpilogue, bool kCausal, bool kWindow, bool kLearnedSinks>
 __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
@@ -150,6 +152,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is one m64nNk16 chain, N = 64 or 128");
   static_assert(kPipe == 1 || (kPipe == 2 && kStages >= 2), "kPipe 2 keeps two K/V tiles resident");
+  static_assert(kEpilogue == 1 || kEpilogue == 2, "epilogue 1 (direct) or 2 (staged in shared memory)");
   enum : int {
     kThreads = kWarpgroups * 128,
     kBlockM = 64 * kWarpgroups,
@@ -347,6 +350,11 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   ft_cp_async_wait<0>();
 
   // Epilogue: O = acc / l, LSE = (m * scale_log2 + log2 l) ln 2; a learned sink adds exp2(s_h - m) to l.
+  // Staged (kEpilogue 2): the Q tile's shared memory, free once every Q K^T has completed, holds O row-major
+  // with 16-byte chunk c of row r at c ^ (r % 8) (conflict-free both ways), then rows go out in 16 bytes.
+  enum : int { kChunks = kHeadDim / 8, kRowBytes = kHeadDim * 2 };
+  unsigned char* o_stage = ft_smem_sm90 + (smem_q - ft_smem_u32(ft_smem_sm90));
+  if (kEpilogue == 2) __syncthreads();  // no warp still reads Q
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
@@ -357,15 +365,36 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     if (kLearnedSinks) l += ft_exp2(sink_log2 - base);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int row = row0 + 8 * r;
-    if (row < seq_q) {
-      T* o_row = o + b * o_sb + h * o_sh + row * o_ss;
+    if (kEpilogue == 2) {
+      const int lr = row - m0;  // row inside the block
 #pragma unroll
       for (int dt = 0; dt < kHeadDim / 8; ++dt) {
         const unsigned packed = FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
-        *reinterpret_cast<unsigned*>(o_row + dt * 8 + 2 * t4) = packed;
+        *reinterpret_cast<unsigned*>(o_stage + lr * kRowBytes + ((dt ^ (lr % 8)) * 16) + t4 * 4) = packed;
+      }
+    }
+    if (row < seq_q) {
+      T* o_row = o + b * o_sb + h * o_sh + row * o_ss;
+      if (kEpilogue == 1) {
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+          const unsigned packed = FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
+          *reinterpret_cast<unsigned*>(o_row + dt * 8 + 2 * t4) = packed;
+        }
       }
       if (t4 == 0)
         lse[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
+    }
+  }
+  if (kEpilogue == 2) {
+    __syncthreads();
+    T* o_blk = o + b * o_sb + h * o_sh + m0 * o_ss;
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kBlockM * kChunks; idx += kThreads) {
+      const int lr = idx / kChunks, c = idx % kChunks;
+      if (m0 + lr < seq_q)
+        *reinterpret_cast<uint4*>(o_blk + lr * o_ss + c * 8) =
+            *reinterpret_cast<const uint4*>(o_stage + lr * kRowBytes + ((c ^ (lr % 8)) * 16));
     }
   }
 #else

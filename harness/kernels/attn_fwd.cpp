@@ -25,6 +25,11 @@ std::int64_t pipe_of(const core::Config& c) {
   const auto it = c.values.find("mma_pipe");
   return it == c.values.end() ? 1 : it->second;
 }
+// How the wgmma kernel writes O (1 direct, 2 staged in shared memory); 1 when the config predates it.
+std::int64_t epilogue_of(const core::Config& c) {
+  const auto it = c.values.find("epilogue");
+  return it == c.values.end() ? 1 : it->second;
+}
 // Blocks per SM the wgmma kernel is compiled to fit (__launch_bounds__); 1 when the config predates it.
 std::int64_t min_blocks_of(const core::Config& c) {
   const auto it = c.values.find("min_blocks");
@@ -57,6 +62,9 @@ class AttnFwd final : public attn::AttentionFamily {
          "mma 90 only: blocks per SM the compiler must fit (__launch_bounds__ minimum: registers capped at "
          "65536 / (32 num_warps min_blocks)); 1 = no cap. 2..8 trade registers for occupancy, for short, "
          "latency-bound rows such as sliding windows (list them in the space: the default is 1)"},
+        {"epilogue", {1},
+         "mma 90 only: 1 = O stored from the accumulators (4-byte stores); 2 = O staged in shared memory and "
+         "stored in 16-byte rows (list 2 in the space to try it)"},
     };
   }
   // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:
@@ -65,17 +73,18 @@ class AttnFwd final : public attn::AttentionFamily {
     return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
             "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 64 || block_n == 128) && "
             "head_dim % 64 == 0)",
-            "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90"};
+            "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90",
+            "epilogue == 1 || mma == 90"};
   }
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
     const std::int64_t mma = mma_of(c);
     if (p.dtype == core::DType::f32)
-      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1
+      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1
                  ? attn_f32::can_run(c, p, d)
-                 : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 (wgmma) are fp16/bf16 options; fp32 uses "
-                                              "mma 80, mma_pipe 1, min_blocks 1");
+                 : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 (wgmma) are fp16/bf16 options; fp32 uses "
+                                              "mma 80, mma_pipe 1, min_blocks 1, epilogue 1");
     if (mma == 90) return wgmma_can_run(c, p, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
     const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
@@ -84,8 +93,8 @@ class AttnFwd final : public attn::AttentionFamily {
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     if (pipe_of(c) != 1) return "mma_pipe " + std::to_string(pipe_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
-    if (min_blocks_of(c) != 1)
-      return "min_blocks " + std::to_string(min_blocks_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
+    if (min_blocks_of(c) != 1 || epilogue_of(c) != 1)
+      return "min_blocks and epilogue are wgmma (mma 90) options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = mma_smem(c, p);
     if (smem > d.max_shared_per_block_optin)
@@ -108,7 +117,8 @@ class AttnFwd final : public attn::AttentionFamily {
       return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                   std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
                   std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
-                  std::to_string(min_blocks_of(c)) + ", " + bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
+                  std::to_string(min_blocks_of(c)) + ", " + std::to_string(epilogue_of(c)) + ", " +
+                  bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
                   bool_arg(p.get("learned_sinks", 0)) + ">",
               {}};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
@@ -190,6 +200,7 @@ class AttnFwd final : public attn::AttentionFamily {
              std::to_string(d.max_regs_per_thread) + ")";
     // min_blocks: the blocks must fit an SM together (threads, shared memory), and the register cap it
     // implies must leave the accumulators room (below it ptxas spills; the spill check prunes the rest).
+    if (epilogue_of(c) != 1 && epilogue_of(c) != 2) return "epilogue must be 1 (direct) or 2 (staged)";
     const std::int64_t mb = min_blocks_of(c);
     if (mb < 1 || mb > 8) return "min_blocks must be in 1..8";
     if (mb > 1) {
