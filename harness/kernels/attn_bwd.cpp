@@ -2,7 +2,8 @@
 // stage so that each is tuned on its own: attn_bwd_preprocess (D = rowsum(dO * O)), attn_bwd_dkdv,
 // attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient). fp16 / bf16 on tensor cores; every mask
 // variant of the forward (causal, GQA / MQA, window, sink tokens; learned sinks enter through LSE and dsink).
-// attn_bwd_dkdv launches itself: with sink_split > 1 a second launch adds the split sink tiles' partials.
+// attn_bwd_dkdv launches itself: with sink_split > 1 a second launch adds the split sink tiles' partials;
+// its tunable mma picks mma.sync (80, every GPU since sm_80) or Hopper wgmma (90, sm_90a, attn_bwd_sm90.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,6 +26,11 @@ using namespace attn_bwd;
 const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 std::string n(std::int64_t v) { return std::to_string(v); }
 std::string type_arg(const core::Problem& p) { return p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16"; }
+// The config's tensor-core generation (attn_bwd_dkdv); 80 when the config predates the tunable.
+std::int64_t mma_of(const core::Config& c) {
+  const auto it = c.values.find("mma");
+  return it == c.values.end() ? 80 : it->second;
+}
 
 // What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16 /
 // bf16 only, head dims 16..128, byte counts from the buffers.
@@ -387,21 +393,38 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics; "
            "sink-token tiles split over sink_split extra blocks, reduced in fixed order";
   }
+  // mma 80: each warp owns one or two 16-key MMA tiles. mma 90: a warpgroup (4 warps) owns 64 keys, the
+  // query tile is the N (64 or 128) of S^T = K Q^T, rows of 128-byte slabs, no sink-token split.
   std::vector<std::string> constraints() const override {
-    return {"block_n % (16 * num_warps) == 0", "block_n / (16 * num_warps) <= 2"};
+    return {"block_n % (16 * num_warps) == 0", "block_n / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
+            "mma == 80 || (block_n == 16 * num_warps && num_warps % 4 == 0 && (block_m == 64 || block_m == 128) && "
+            "head_dim % 64 == 0 && sink_split == 1)"};
   }
   std::vector<TunableSpec> tunables() const override {
     auto t = AttnBwdGrad::tunables();
+    t[0].values.push_back(128);  // block_m 128: mma 90 at head_dim 64
     t.push_back({"sink_split", {1, 4, 16, 64},
                  "extra blocks per key tile holding sink tokens (window only), each over a chunk of its far queries"});
+    t.push_back({"mma", {80, 90},
+                 "tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a warpgroup of 4 "
+                 "warps per 64 keys, block_m 64 or 128, head_dim a multiple of 64, sink_split 1)"});
     return t;
   }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
-    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
     const std::int64_t s = sink_split(c);
     if (s < 1 || s > kMaxSinkSplit) return "sink_split must be in 1.." + n(kMaxSinkSplit);
     if (s > 1 && !has_sink_tiles(p)) return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
-    return std::nullopt;
+    const std::int64_t mma = mma_of(c);
+    if (mma == 90) return wgmma_can_run(c, p, d);
+    if (mma != 80) return "mma must be 80 (mma.sync) or 90 (wgmma), not " + n(mma);
+    return AttnBwdGrad::can_run(c, p, d);
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    if (mma_of(c) != 90) return AttnBwdGrad::specialize(c, p);
+    return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
+                n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
+                bool_arg(p.get("window", 0) > 0) + ">",
+            {}};
   }
   std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
     auto a = AttnBwdGrad::arguments(c, p);  // q .. dv (8 buffers), heads_q .. sink_tokens (6 ints), scale, strides
@@ -410,6 +433,26 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     return a;
   }
   bool launches_itself() const override { return true; }
+  // The wgmma kernel: a warpgroup per 64 keys (block_n = 16 num_warps), sm_90a only.
+  std::optional<std::string> wgmma_can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
+    if (warps % 4 != 0 || bn != 16 * warps)
+      return "mma 90: block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ")";
+    if (bm != 64 && bm != 128) return "mma 90: block_m must be 64 or 128";
+    if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
+    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    if (active_split(c, p) != 1) return "mma 90 has no sink-token split: sink_split must be 1";
+    if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";
+    const std::int64_t smem = smem_bytes(c, p);
+    if (smem > d.max_shared_per_block_optin)
+      return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
+    const std::int64_t regs = registers(c, p);
+    if (regs > d.max_regs_per_thread)
+      return "about " + n(regs) + " registers per thread needed (limit " + n(d.max_regs_per_thread) + ")";
+    return std::nullopt;
+  }
   // The main launch, then (split sink tiles only) the reduction of their partials: the same kernel with
   // reduce = 1, one thread per element of the sink rows of a (kv head, batch).
   void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
@@ -453,14 +496,19 @@ class AttnBwdDkdv final : public AttnBwdGrad {
                  2 * p.at("batch") * p.at("heads_kv") * slots * sink_rows(p) * p.at("head_dim"), BufferRole::workspace, 0, 0});
   }
   std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
-  // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows).
+  // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows); mma 90: each stage
+  // rounded up to 1 KiB, plus 1 KiB to align the tiles to the 1024-byte swizzle atoms wgmma reads.
   std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
     const std::int64_t d = p.at("head_dim"), bm = c.at("block_m");
+    if (mma_of(c) == 90) return 4 * c.at("block_n") * d + c.at("num_stages") * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
     return 4 * c.at("block_n") * d + c.at("num_stages") * (4 * bm * d + 8 * bm);
   }
   // Per warp tile of 16 keys: dK and dV accumulators (head_dim / 2 each), S^T and dP^T (block_m / 2 each),
   // P^T fragments (block_m / 4), plus addresses, loop and pipeline state.
+  // mma 90, per thread: dK and dV (head_dim / 2 each), S^T and dP^T (block_m / 2 each), the A fragments
+  // (block_m / 4), ~24 others.
   std::int64_t registers(const core::Config& c, const core::Problem& p) const override {
+    if (mma_of(c) == 90) return p.at("head_dim") + c.at("block_m") + c.at("block_m") / 4 + 24;
     const std::int64_t tiles = c.at("block_n") / (16 * c.at("num_warps"));
     return tiles * (p.at("head_dim") + c.at("block_m") + c.at("block_m") / 4) + 48 + 8 * c.at("num_stages");
   }

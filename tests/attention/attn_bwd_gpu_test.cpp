@@ -3,6 +3,8 @@
 // experiments/tests/attn_bwd_variants.yaml. (2) Determinism: two launches give bitwise-equal dK, dV, dQ
 // and d(sink). (3) End to end: the real forward (attn_fwd) gives O and LSE, then preprocess, dkdv, dq and
 // dsink run on them, and dQ, dK, dV, d(sink) are compared with the double backward of the double forward.
+// (4) On sm_90a, the Hopper dkdv kernel (mma 90) on experiments/tests/attn_bwd_sm90_variants.yaml, in the
+// determinism and end-to-end checks, and against a planted mask bug.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,6 +148,9 @@ core::Problem problem(std::map<std::string, std::int64_t> dims, core::DType d) {
 const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 1}}};
 // The sink tiles split over 7 extra blocks each (an odd count: chunks of unequal size).
 const core::Config kDkdvSplit{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 7}}};
+// The Hopper kernel (mma 90, sm_90a only): one warpgroup per 64 keys, head dims 64 and 128.
+const core::Config kDkdvWgmma{
+    {{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"sink_split", 1}, {"mma", 90}}};
 const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
@@ -177,6 +182,48 @@ TEST(AttnBwdGpu, EveryStageAndVariantMatchesTheReference) {
   expect_all_pass(opts.db_path, 300);
 }
 
+// attn_bwd_dkdv's Hopper kernel (mma 90, wgmma): every variant, dtype and head dim 64 / 128 against the
+// reference. Needs an sm_90 GPU (wgmma exists nowhere else).
+TEST(AttnBwdGpu, WgmmaDkdvMatchesTheReferenceOnEveryVariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (flashtune::testing::gpu_arch() != "sm_90a")
+    GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << flashtune::testing::gpu_arch();
+  TempDir dir;
+  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_bwd_sm90_variants.yaml");
+  auto opts = quiet_options(dir.path / "w.sqlite", false);
+  const auto s = runner::run_experiment(exp, opts);
+  ASSERT_FALSE(s.compile_only);
+  expect_all_pass(opts.db_path, 150);
+}
+
+// The planted boundary-mask bug in the wgmma dkdv kernel is caught too (mma 80 untouched passes).
+TEST(AttnBwdGpu, PlantedMaskBugInTheWgmmaDkdvKernelIsCaught) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (flashtune::testing::gpu_arch() != "sm_90a")
+    GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << flashtune::testing::gpu_arch();
+  TempDir dir;
+  const fs::path tdir = dir.path / "templates";
+  ASSERT_TRUE(flashtune::testing::plant_bug(
+      tdir, "attn_bwd_sm90.cuh",
+      "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
+      "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"))
+      << "the planted bug's anchor moved";
+  const auto exp = experiment::parse_experiment(R"(
+name: attn_bwd_sm90_planted
+measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
+studies:
+  - family: attn_bwd_dkdv
+    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
+    space: {mma: [80, 90], block_m: 64, block_n: 64, num_warps: 4, num_stages: 1, sink_split: 1}
+)", "attn_bwd_sm90_planted.yaml");
+  auto opts = quiet_options(dir.path / "p.sqlite", false);
+  opts.templates = tdir;
+  runner::run_experiment(exp, opts);
+  db::Store store(opts.db_path);
+  EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
+  EXPECT_EQ(count(store, "status = 'incorrect'"), 1);  // mma 90, planted
+}
+
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
 // sink-token hot spot, unsplit and split over extra blocks, dQ, and the sink gradient's fixed-order
 // reduction).
@@ -186,10 +233,15 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
                           {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3}},
                          core::DType::bf16);
-  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dq", "attn_bwd_dsink"}) {
+  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dsink"}) {
     const std::string n = name;
-    const auto& f = fam(n == "attn_bwd_dkdv_split" ? "attn_bwd_dkdv" : n);
-    const core::Config& c = n == "attn_bwd_dsink" ? kSink : n == "attn_bwd_dkdv" ? kDkdv : n == "attn_bwd_dq" ? kDq : kDkdvSplit;
+    if (n == "attn_bwd_dkdv_wgmma" && gpu.info().arch != "sm_90a") continue;  // mma 90 needs sm_90a
+    const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n);
+    const core::Config& c = n == "attn_bwd_dsink" ? kSink
+                            : n == "attn_bwd_dkdv" ? kDkdv
+                            : n == "attn_bwd_dq"   ? kDq
+                            : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
+                                                         : kDkdvSplit;
     auto a = draw(f, p, 42), b = a;
     gpu.run(f, c, p, a);
     gpu.run(f, c, p, b);
@@ -245,10 +297,13 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
                                           {core::DType::f32, lse, {}}, {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}},
                                           {core::DType::f32, {}, {}}};  // + the workspace
       std::vector<kernels::HostTensor> dq(kv.begin(), kv.begin() + 7);
-      auto kv_split = kv;
+      auto kv_split = kv, kv_wgmma = kv;
       gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
       const bool split = s.window > 0 && s.sink_tokens > 0;  // sink tiles split over extra blocks
       if (split) gpu.run(fam("attn_bwd_dkdv"), kDkdvSplit, p, kv_split);
+      // The Hopper dkdv (mma 90) where it runs: sm_90a, head dims 64 and 128.
+      const bool wgmma = !fam("attn_bwd_dkdv").can_run(kDkdvWgmma, p, gpu.info().limits);
+      if (wgmma) gpu.run(fam("attn_bwd_dkdv"), kDkdvWgmma, p, kv_wgmma);
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
       std::vector<double> dsinks;
       if (s.learned_sinks) {
@@ -277,6 +332,10 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       check("dq", dq[kernels::attn_bwd::kGradOut].values, g64.dq, g32.dq, atol);
       check("dk", kv[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
       check("dv", kv[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      if (wgmma) {
+        check("dk (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
+        check("dv (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      }
       if (split) {
         check("dk (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
         check("dv (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);

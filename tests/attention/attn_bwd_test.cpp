@@ -80,43 +80,47 @@ TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
 }
 
 TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
-  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
-  for (const char* name : kFamilies) {
-    const auto& f = fam(name);
-    auto dims = std::map<std::string, std::int64_t>{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33},
-                                                    {"seq_k", 70}, {"head_dim", 64}, {"learned_sinks", 1}};
-    const auto p = problem(f, dims);
-    ASSERT_EQ(f.check_problem(p), std::nullopt) << name;
-    core::Config c;
-    for (const auto& t : f.tunables()) c.values[t.name] = t.values[t.values.size() / 2];
-    const std::string expr = f.specialize(c, p).name_expression;
-    const std::string kernel = expr.substr(0, expr.find('<'));
-    const auto params = flashtune::testing::kernel_parameters(source, kernel);
-    const auto args = f.arguments(c, p);
-    const auto buffers = f.buffers(p);
-    ASSERT_EQ(params.size(), args.size()) << name;
-    std::set<int> used;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      const std::string& par = params[i];
-      if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
-        ASSERT_LT(b->index, int(buffers.size()));
-        used.insert(b->index);
-        EXPECT_NE(par.find('*'), std::string::npos) << name << " arg " << i;
-        EXPECT_EQ(par.find("const") != std::string::npos, buffers[b->index].role == kernels::BufferRole::input)
-            << name << " arg " << i << ": " << par;
-        const bool f32 = buffers[b->index].dtype == core::DType::f32;
-        EXPECT_EQ(par.find("float") != std::string::npos, f32) << name << " arg " << i << ": " << par;
-      } else if (std::holds_alternative<std::int64_t>(args[i])) {
-        EXPECT_NE(par.find("long long"), std::string::npos) << name << " arg " << i << ": " << par;
-      } else if (std::holds_alternative<float>(args[i])) {
-        EXPECT_NE(par.find("float"), std::string::npos) << name << " arg " << i << ": " << par;
-      } else {
-        EXPECT_NE(par.find("int "), std::string::npos) << name << " arg " << i << ": " << par;
-        EXPECT_EQ(par.find("long"), std::string::npos) << name << " arg " << i << ": " << par;
+  const std::string source =
+      flashtune::testing::read_template("attn_bwd.cuh") + flashtune::testing::read_template("attn_bwd_sm90.cuh");
+  for (const char* name : kFamilies)
+    for (std::int64_t mma : {80, 90}) {  // dkdv: the mma.sync and the wgmma kernel
+      const auto& f = fam(name);
+      auto dims = std::map<std::string, std::int64_t>{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33},
+                                                      {"seq_k", 70}, {"head_dim", 64}, {"learned_sinks", 1}};
+      const auto p = problem(f, dims);
+      ASSERT_EQ(f.check_problem(p), std::nullopt) << name;
+      core::Config c;
+      for (const auto& t : f.tunables()) c.values[t.name] = t.values[t.values.size() / 2];
+      if (!c.values.count("mma") && mma != 80) continue;
+      if (c.values.count("mma")) c.values["mma"] = mma;
+      const std::string expr = f.specialize(c, p).name_expression;
+      const std::string kernel = expr.substr(0, expr.find('<'));
+      const auto params = flashtune::testing::kernel_parameters(source, kernel);
+      const auto args = f.arguments(c, p);
+      const auto buffers = f.buffers(p);
+      ASSERT_EQ(params.size(), args.size()) << name;
+      std::set<int> used;
+      for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& par = params[i];
+        if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
+          ASSERT_LT(b->index, int(buffers.size()));
+          used.insert(b->index);
+          EXPECT_NE(par.find('*'), std::string::npos) << name << " arg " << i;
+          EXPECT_EQ(par.find("const") != std::string::npos, buffers[b->index].role == kernels::BufferRole::input)
+              << name << " arg " << i << ": " << par;
+          const bool f32 = buffers[b->index].dtype == core::DType::f32;
+          EXPECT_EQ(par.find("float") != std::string::npos, f32) << name << " arg " << i << ": " << par;
+        } else if (std::holds_alternative<std::int64_t>(args[i])) {
+          EXPECT_NE(par.find("long long"), std::string::npos) << name << " arg " << i << ": " << par;
+        } else if (std::holds_alternative<float>(args[i])) {
+          EXPECT_NE(par.find("float"), std::string::npos) << name << " arg " << i << ": " << par;
+        } else {
+          EXPECT_NE(par.find("int "), std::string::npos) << name << " arg " << i << ": " << par;
+          EXPECT_EQ(par.find("long"), std::string::npos) << name << " arg " << i << ": " << par;
+        }
       }
+      EXPECT_EQ(used.size(), buffers.size()) << name << ": every buffer is passed";
     }
-    EXPECT_EQ(used.size(), buffers.size()) << name << ": every buffer is passed";
-  }
 }
 
 TEST(AttnBwdFamilies, ProblemsAreCheckedWithReasons) {
@@ -181,6 +185,43 @@ TEST(AttnBwdFamilies, CanRunRejectsBadConfigsWithReasons) {
   const auto& dq = fam("attn_bwd_dq");
   const core::Config smem{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 4}, {"num_stages", 4}}};
   EXPECT_NE(dq.can_run(smem, p, dev).value_or("").find("shared memory"), std::string::npos);
+}
+
+// dkdv's Hopper kernel (mma 90): sm_90a only, a warpgroup per 64 keys, block_m 64 / 128, head_dim a
+// multiple of 64, no sink-token split; configs without the key stay mma 80; its smem and name expression.
+TEST(AttnBwdFamilies, DkdvWgmmaIsCheckedAndSpecialized) {
+  const auto sm80 = core::DeviceLimits::for_arch("sm_80"), sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  const auto p = problem(dkdv, {{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}}, core::DType::bf16);
+  auto cfg = [](std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
+    return core::Config{{{"block_m", bm}, {"block_n", bn}, {"num_warps", warps}, {"num_stages", stages}, {"mma", 90}}};
+  };
+  const auto ok = cfg(64, 128, 8, 2);
+  EXPECT_EQ(dkdv.can_run(ok, p, sm90), std::nullopt);
+  EXPECT_NE(dkdv.can_run(ok, p, sm80).value_or("").find("needs sm_90a"), std::string::npos);
+  EXPECT_EQ(dkdv.specialize(ok, p).name_expression, "attn_bwd_dkdv_wgmma_kernel<ft_bf16, 128, 64, 2, 2, false, false>");
+  // K, V (2 x 128 x 128 x 2 B), two stages of Q, dO (2 x 64 x 128 x 2 B) + LSE, D (512 B) rounded to 1 KiB, align.
+  EXPECT_EQ(dkdv.launch_shape(ok, p, sm90).dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 1024));
+  EXPECT_EQ(dkdv.launch_shape(ok, p, sm90).grid[0], 1u);
+  EXPECT_EQ(dkdv.launch_shape(ok, p, sm90).threads_per_block(), 256);
+  EXPECT_NE(dkdv.can_run(cfg(64, 64, 8, 1), p, sm90).value_or("").find("64 keys per warpgroup"), std::string::npos);
+  EXPECT_NE(dkdv.can_run(cfg(32, 64, 4, 1), p, sm90).value_or("").find("block_m must be 64 or 128"), std::string::npos);
+  EXPECT_NE(dkdv.can_run(cfg(128, 64, 4, 1), p, sm90).value_or("").find("registers"), std::string::npos);  // d128
+  const auto p32 = problem(dkdv, {{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 32}}, core::DType::bf16);
+  EXPECT_NE(dkdv.can_run(cfg(64, 64, 4, 1), p32, sm90).value_or("").find("multiple of 64"), std::string::npos);
+  auto split = cfg(64, 64, 4, 1);
+  split.values["sink_split"] = 4;
+  const auto ps = problem(dkdv, {{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}, {"causal", 1},
+                                 {"window", 16}, {"sink_tokens", 4}}, core::DType::bf16);
+  EXPECT_NE(dkdv.can_run(split, ps, sm90).value_or("").find("sink_split must be 1"), std::string::npos);
+  split.values["sink_split"] = 1;
+  EXPECT_EQ(dkdv.can_run(split, ps, sm90), std::nullopt);
+  auto bad = cfg(64, 64, 4, 1);
+  bad.values["mma"] = 70;
+  EXPECT_NE(dkdv.can_run(bad, p, sm90).value_or("").find("mma must be 80"), std::string::npos);
+  // Without the key: mma 80, the mma.sync kernel.
+  const core::Config old{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}}};
+  EXPECT_EQ(dkdv.specialize(old, p).name_expression.rfind("attn_bwd_dkdv_kernel<", 0), 0u);
 }
 
 // The sink-token split of dkdv: extra blocks per key tile holding sink tokens (window only), an fp32
@@ -342,6 +383,8 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
                 for (const auto& c : space) add(f, c, p);
               else
                 add(f, core::Config{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 2}, {"num_stages", 2}}}, p);
+              if (std::string(name) == "attn_bwd_dkdv")  // the Hopper kernel (sm_90a, head dims 64, 128)
+                add(f, core::Config{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"mma", 90}}}, p);
             } else if (variant == 0) {
               for (const auto& c : space) add(f, c, p);
             }
@@ -358,7 +401,7 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
       else if (sink) params = "const float*, const float*, const float*, float*, int, int, int";
       else {
         params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, const float*, " + t + "*, ";
-        if (kernel == "attn_bwd_dkdv_kernel") params += t + "*, float*, int, int, ";  // dv, workspace, sink_split, reduce
+        if (kernel.rfind("attn_bwd_dkdv", 0) == 0) params += t + "*, float*, int, int, ";  // dv, workspace, sink_split, reduce
         params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
       }
       inst.push_back("template __global__ void " + n + "(" + params + ");");

@@ -1,0 +1,209 @@
+// kernel_templates/attn_bwd_sm90.cuh: the Hopper (sm_90a) kernel of the attn_bwd_dkdv family, on warpgroup
+// MMA (wgmma), chosen by the tunable mma = 90 (mma = 80 is attn_bwd_dkdv_kernel, mma.sync, every GPU since
+// sm_80). Same work split and semantics as that kernel (one block per key tile over the query tiles and
+// GQA heads that see it, no atomics), without the sink-token split (the host requires sink_split = 1).
+// The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader) are the forward's
+// (attn_fwd_sm90.cuh).
+#pragma once
+
+// dK, dV: one block per (64 x kWarpgroups keys, kv head, batch); each warpgroup owns 64 key rows and works
+// on the transposed products (keys as the wgmma M rows), so P^T and dS^T are A operands from registers:
+//   S^T  = K Q^T          ss: A = K (K-major), B = Q tile (K-major), N = kBlockM
+//   P^T  = exp2(S^T scale log2 e - LSE log2 e), 0 where not visible
+//   dV  += P^T dO         rs: A = P^T fragments, B = dO tile read N-major (the forward's P V)
+//   dP^T = V dO^T         ss: A = V, B = dO tile, N = kBlockM
+//   dS^T = P^T (dP^T - D)
+//   dK  += dS^T Q         rs: A = dS^T fragments, B = Q tile read N-major;  dK *= scale at the end.
+// An accumulator element (nt, r, e) of a warpgroup's 64 x N product sits at row (warp % 4) * 16 + g + 8 r
+// and column nt * 8 + 2 t4 + e (index nt * 4 + 2 r + e), so the S^T / dP^T columns are query rows of the
+// tile: LSE and D of the tile come through shared memory with it. Items (query head, query tile) stream
+// through kStages stages of (Q, dO, LSE, D), loaded with cp.async.
+//
+// Shared memory (from a 1024-byte-aligned base): K tile, V tile (kBlockN x kHeadDim each, 64-column slabs
+// of kBlockN rows), then kStages stages of [Q tile | dO tile | LSE | D], each rounded up to 1024 bytes.
+template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kWarpgroups * 128, 1)
+    attn_bwd_dkdv_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                               const T* __restrict__ dout, const float* __restrict__ lse,
+                               const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                               float* __restrict__ ws, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
+                               int sink_tokens, int sink_split, int reduce, float scale, long long q_sb,
+                               long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+  static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
+  static_assert(kBlockM == 64 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64 or 128");
+  static_assert(kStages >= 1 && kStages <= 4, "1..4 stages");
+  enum : int {
+    kThreads = kWarpgroups * 128,
+    kBlockN = 64 * kWarpgroups,
+    kQCols = kBlockM / 8,                    // 8-query accumulator tiles of S^T, dP^T
+    kKSteps = kHeadDim / 16,                 // k16 steps of K Q^T, V dO^T
+    kPSteps = kBlockM / 16,                  // k16 steps of P^T dO, dS^T Q
+    kPvN = kHeadDim < 128 ? kHeadDim : 128,  // N of one dV / dK instruction; kHeadDim / kPvN per step
+    kKvBytes = kBlockN * kHeadDim * 2,
+    kTileBytes = kBlockM * kHeadDim * 2,
+    kStageBytes = (2 * kTileBytes + 8 * kBlockM + 1023) / 1024 * 1024,  // Q, dO, LSE, D
+    kSlabKv = kBlockN * 128,                 // bytes between 64-column slabs of a K or V tile
+    kSlabQ = kBlockM * 128,                  // ... of a Q or dO tile
+  };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)ws, (void)sink_split, (void)reduce;  // the sink-token split is the mma 80 kernel's (host: sink_split = 1)
+  const float kLog2e = 1.4426950408889634f;
+  extern __shared__ unsigned char ft_smem_dkdv90[];
+  const unsigned smem_raw = ft_smem_u32(ft_smem_dkdv90);
+  const unsigned smem_k = (smem_raw + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
+  const unsigned smem_v = smem_k + kKvBytes;
+  const unsigned smem_stages = smem_v + kKvBytes;
+  const unsigned char* stage_base = ft_smem_dkdv90 + (smem_stages - smem_raw);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4;
+  const int g = lane / 4, t4 = lane % 4;
+  const int h_kv = blockIdx.y, b = blockIdx.z;
+  const int group = heads_q / heads_kv;
+  const int n0 = blockIdx.x * kBlockN;
+  const int n1 = min(n0 + kBlockN, seq_k);
+
+  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
+  const int t_first = rows.lo / kBlockM;  // query tiles [t_first, t_first + t_count), for each head of the group
+  const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
+  const int n_items = group * t_count;
+
+  auto load_item = [&](int i) {  // item i into stage i % kStages
+    const int h = h_kv * group + i / t_count;
+    const int m0 = (t_first + i % t_count) * kBlockM;
+    const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
+    const long long off = b * q_sb + h * q_sh + m0 * q_ss;
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
+    for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
+      const int rr = r % kBlockM;
+      const bool in = m0 + rr < seq_q;
+      const float* src = (r < kBlockM ? lse : delta) + row0 + (in ? rr : 0);
+      ft_cp_async4(dst + 2 * kTileBytes + r * 4, src, in ? 4 : 0);
+    }
+  };
+
+  const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(smem_v, v + kv_off, k_ss, seq_k - n0);
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n_items) load_item(i);
+    ft_cp_async_commit();
+  }
+
+  float dk_acc[kHeadDim / 2], dv_acc[kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) dk_acc[i] = dv_acc[i] = 0.f;
+  const unsigned k_wg = smem_k + unsigned(wg * 64 * 128);  // this warpgroup's 64 keys in every K / V slab
+  const unsigned v_wg = smem_v + unsigned(wg * 64 * 128);
+  const int key0 = n0 + wg * 64 + (warp % 4) * 16 + g;  // this thread's keys: key0 and key0 + 8
+  const float scale_log2 = scale * kLog2e;
+
+  // acc (64 x kBlockM) = A rows of this warpgroup (K or V) times B^T (Q or dO tile), both K-major.
+  auto issue_rows_by_rows = [&](float* acc, unsigned a_wg, unsigned smem_b) {
+    ft_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
+      const unsigned long long da = ft_wgmma_desc(a_wg + unsigned((ks / 4) * kSlabKv) + kofs, 16, 1024);
+      const unsigned long long db = ft_wgmma_desc(smem_b + unsigned((ks / 4) * kSlabQ) + kofs, 16, 1024);
+      FtWgmma<T, kBlockM>::template ss<0>(acc, da, db, ks > 0);
+    }
+    ft_wgmma_commit();
+  };
+  // acc (64 x kHeadDim) += A fragments (64 x kBlockM) times the tile at smem_b (kBlockM x kHeadDim), read
+  // N-major: 16 tile rows = two 8-row groups = 2048 bytes.
+  auto issue_regs_by_tile = [&](float* acc, const unsigned (*af)[4], unsigned smem_b) {
+    ft_fence_regs<kHeadDim / 2>(acc);
+    ft_wgmma_fence();
+#pragma unroll
+    for (int ps = 0; ps < kPSteps; ++ps)
+#pragma unroll
+      for (int nc = 0; nc < kHeadDim / kPvN; ++nc) {
+        const unsigned long long db =
+            ft_wgmma_desc(smem_b + unsigned(ps * 2048 + nc * (kPvN / 64) * kSlabQ), kSlabQ, 1024);
+        FtWgmma<T, kPvN>::template rs<1>(acc + nc * (kPvN / 2), af[ps], db, 1);
+      }
+    ft_wgmma_commit();
+  };
+  // Accumulators (64 x kBlockM) rounded to T as the m16n8k16 A fragments of the next product.
+  auto pack_a = [&](const float* s, unsigned (*af)[4]) {
+#pragma unroll
+    for (int ps = 0; ps < kPSteps; ++ps) {
+      af[ps][0] = FtMma<T>::pack(s[(2 * ps) * 4 + 0], s[(2 * ps) * 4 + 1]);
+      af[ps][1] = FtMma<T>::pack(s[(2 * ps) * 4 + 2], s[(2 * ps) * 4 + 3]);
+      af[ps][2] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 0], s[(2 * ps + 1) * 4 + 1]);
+      af[ps][3] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 2], s[(2 * ps + 1) * 4 + 3]);
+    }
+  };
+
+  for (int i = 0; i < n_items; ++i) {
+    if (i + kStages - 1 < n_items) load_item(i + kStages - 1);
+    ft_cp_async_commit();
+    ft_cp_async_wait<kStages - 1>();
+    ft_fence_proxy_async();
+    __syncthreads();
+    const int m0 = (t_first + i % t_count) * kBlockM;
+    const unsigned smem_q = smem_stages + unsigned((i % kStages) * kStageBytes);
+    const unsigned smem_do = smem_q + kTileBytes;
+    const float* lse_s = reinterpret_cast<const float*>(stage_base + (i % kStages) * kStageBytes + 2 * kTileBytes);
+    const float* d_s = lse_s + kBlockM;
+
+    float s[kBlockM / 2], dp[kBlockM / 2];
+    issue_rows_by_rows(s, k_wg, smem_q);    // S^T
+    issue_rows_by_rows(dp, v_wg, smem_do);  // dP^T, running while P^T is computed
+    ft_wgmma_wait<1>();
+    ft_fence_regs<kBlockM / 2>(s);
+    const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+#pragma unroll
+    for (int nt = 0; nt < kQCols; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = nt * 8 + 2 * t4 + e;
+          float& x = s[nt * 4 + 2 * r + e];
+          const float p = ft_exp2(fmaf(x, scale_log2, -lse_s[col] * kLog2e));
+          const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
+          x = vis ? p : 0.f;
+        }
+    unsigned af[kPSteps][4];
+    pack_a(s, af);
+    ft_wgmma_wait<0>();  // dP^T
+    ft_fence_regs<kBlockM / 2>(dp);
+    issue_regs_by_tile(dv_acc, af, smem_do);  // dV += P^T dO
+#pragma unroll
+    for (int nt = 0; nt < kQCols; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = s[nt * 4 + c] * (dp[nt * 4 + c] - d_s[nt * 8 + 2 * t4 + (c & 1)]);
+    ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
+    ft_fence_regs<kHeadDim / 2>(dv_acc);
+    pack_a(dp, af);
+    issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
+    ft_wgmma_wait<0>();
+    ft_fence_regs<kHeadDim / 2>(dk_acc);
+    __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+  }
+  ft_cp_async_commit();
+  ft_cp_async_wait<0>();
+
+  // dK (times scale) and dV of this thread's two keys, in T.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= n1) continue;
+    const long long at = b * k_sb + h_kv * k_sh + key * k_ss;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      *reinterpret_cast<unsigned*>(dk + at + dt * 8 + 2 * t4) =
+          FtMma<T>::pack(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
+      *reinterpret_cast<unsigned*>(dv + at + dt * 8 + 2 * t4) = FtMma<T>::pack(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
+#endif
+}
