@@ -354,7 +354,13 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   // with 16-byte chunk c of row r at c ^ (r % 8) (conflict-free both ways), then rows go out in 16 bytes.
   enum : int { kChunks = kHeadDim / 8, kRowBytes = kHeadDim * 2 };
   unsigned char* o_stage = ft_smem_sm90 + (smem_q - ft_smem_u32(ft_smem_sm90));
-  if (kEpilogue == 2) __syncthreads();  // no warp still reads Q
+  if (kEpilogue == 2) {
+    // The Q copy is committed with the first K/V tile: a block with no tile to visit (rows that see no
+    // key) never committed it, and it could land on the staged O. Commit and drain every copy first.
+    ft_cp_async_commit();
+    ft_cp_async_wait<0>();
+    __syncthreads();  // no warp still reads Q
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
