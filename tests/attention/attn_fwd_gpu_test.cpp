@@ -79,10 +79,10 @@ TEST(AttnFwdGpu, WgmmaKernelMatchesTheReferenceOnEveryVariant) {
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   // head_dim 256 with two warpgroups and two 128-key stages does not fit in shared memory, nor its
-  // accumulators under min_blocks 2's register cap: pruned, and nothing else is.
+  // two such blocks an SM (min_blocks 2): pruned, and nothing else is.
   EXPECT_EQ(count(store, "status = 'invalid_config'"),
             count(store, "status = 'invalid_config' AND (reason LIKE 'shared memory%' OR "
-                         "(reason LIKE 'min_blocks 2 caps registers%' AND "
+                         "(reason LIKE 'min_blocks 2 %' AND "
                          "problem_id IN (SELECT id FROM problems WHERE key LIKE '%head_dim=256%')))"));
   const auto bad = store.sql(
       "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
