@@ -296,19 +296,13 @@ std::string course_attention_csv(const std::vector<TrialRow>& trials) {
       r[4] = mib(g.best->device_bytes);
     }
     if (const auto bw = backward.find({problem, gpu}); family == "attn_fwd" && bw != backward.end()) {
-      std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
-      if (at("learned_sinks", 0)) stages.push_back("attn_bwd_dsink");
-      double ms = 0;
-      std::int64_t peak = 0;
-      bool complete = true;
-      for (const auto& f : stages) {
+      const auto sum = backward_sum(at("learned_sinks", 0) != 0, [&](const std::string& f) {
         const auto it = bw->second.find(f);
-        if (it == bw->second.end()) complete = false;
-        else ms += *it->second.median_ms, peak = std::max(peak, it->second.device_bytes);
-      }
-      if (complete) {
-        r[5] = num(ms, 6);
-        r[6] = mib(peak);
+        return it == bw->second.end() ? nullptr : &it->second;
+      });
+      if (sum) {
+        r[5] = num(sum->ms, 6);
+        r[6] = mib(sum->peak_bytes);
       }
     }
     out.rows.push_back(std::move(r));

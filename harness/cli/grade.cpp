@@ -122,23 +122,18 @@ void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::str
       else ++*not_run, out << "\u23ed " << what << " not run (" << family << (it == fam.end() ? " absent" : " compiled only") << ")\n";
     }
     // The benchmark: the tuned stages, when every one was measured.
-    std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
-    if (at("learned_sinks", 0)) stages.push_back("attn_bwd_dsink");
-    double bwd = 0;
-    std::int64_t peak = 0;
-    bool complete = true;
-    for (const auto& f : stages) {
+    const auto sum = backward_sum(at("learned_sinks", 0) != 0, [&](const std::string& f) {
       const auto it = fam.find(f);
-      const TrialRow* t = it == fam.end() ? nullptr : fastest(it->second);
-      if (!t) complete = false;
-      else bwd += *t->median_ms, peak = std::max(peak, t->device_bytes);
-    }
+      return it == fam.end() ? nullptr : fastest(it->second);
+    });
     const auto fw = fam.find("attn_fwd");
     const TrialRow* fwd = fw == fam.end() ? nullptr : fastest(fw->second);
-    if (!complete) {
+    if (!sum) {
       out << '\n';
       continue;
     }
+    const double bwd = sum->ms;
+    const std::int64_t peak = sum->peak_bytes;
     const double gib = 1024.0 * 1024.0 * 1024.0;
     out << "\n--- Running Performance Benchmark (P" << st << ") ---\n"
         << pad("Implementation", 36) << "| " << pad("Avg Time (ms)", 21) << "| " << pad("Peak Memory (GB)", 20) << '\n'
@@ -146,7 +141,7 @@ void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::str
     if (fwd)
       out << pad("flashtune forward", 36) << "| " << pad(fixed(*fwd->median_ms, 4), 21) << "| "
           << pad(fwd->device_bytes > 0 ? fixed(fwd->device_bytes / gib, 4) : "n/a", 20) << '\n';
-    out << pad("flashtune backward (" + std::to_string(stages.size()) + " stages)", 36) << "| " << pad(fixed(bwd, 4), 21)
+    out << pad("flashtune backward (" + std::to_string(sum->stages) + " stages)", 36) << "| " << pad(fixed(bwd, 4), 21)
         << "| " << pad(peak > 0 ? fixed(peak / gib, 4) : "n/a", 20) << '\n';
     if (fwd)
       out << pad("flashtune forward + backward", 36) << "| " << pad(fixed(*fwd->median_ms + bwd, 4), 21) << "| "

@@ -274,6 +274,27 @@ Table problem_configs(const std::vector<TrialRow>& trials, const std::string& fa
 
 namespace flashtune::cli {
 
+std::optional<BackwardSum> backward_sum(bool learned_sinks,
+                                        const std::function<const TrialRow*(const std::string& family)>& winner) {
+  std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
+  if (learned_sinks) stages.push_back("attn_bwd_dsink");
+  BackwardSum sum;
+  for (const auto& f : stages) {
+    const TrialRow* t = winner(f);
+    if (!t || !t->median_ms) return std::nullopt;
+    sum.ms += *t->median_ms;
+    sum.peak_bytes = std::max(sum.peak_bytes, t->device_bytes);
+  }
+  sum.stages = stages.size();
+  return sum;
+}
+
+bool has_learned_sinks(const std::string& problem_key) {
+  const auto d = parse_dims(problem_key);
+  const auto it = d.find("learned_sinks");
+  return it != d.end() && it->second != 0;
+}
+
 Table backward_end_to_end(const std::vector<TrialRow>& trials) {
   static const std::vector<std::string> kStages = {"attn_fwd", "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
                                                    "attn_bwd_dsink"};
@@ -287,17 +308,15 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
              "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
             {}};
   for (const auto& [key, stage] : by_problem) {
-    const bool sinks = parse_dims(key.first).count("learned_sinks") && parse_dims(key.first).at("learned_sinks") != 0;
-    std::vector<std::string> needed = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
-    if (sinks) needed.push_back("attn_bwd_dsink");
-    if (!std::all_of(needed.begin(), needed.end(), [&](const std::string& f) { return stage.count(f) > 0; })) continue;
-    double bwd = 0;
+    const bool sinks = has_learned_sinks(key.first);
+    const auto sum = backward_sum(sinks, [&](const std::string& f) { return stage.count(f) ? &stage.at(f) : nullptr; });
+    if (!sum) continue;
+    const double bwd = sum->ms;
     std::string configs, runs;
     std::set<std::int64_t> run_ids;
     for (const auto& f : kStages) {
-      if (!stage.count(f)) continue;
+      if (!stage.count(f) || (f == "attn_bwd_dsink" && !sinks)) continue;
       const auto& t = stage.at(f);
-      if (f != "attn_fwd") bwd += *t.median_ms;
       configs += (configs.empty() ? "" : "; ") + f.substr(f.rfind('_') + 1) + ": " + t.config;
       run_ids.insert(t.run_id);
     }

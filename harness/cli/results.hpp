@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,6 +67,19 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
 /// Every trial of one problem, measured ones fastest first (rank), each with its slowdown against the
 /// fastest of its stage and GPU; failed trials after them with their reasons.
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key);
+
+/// One problem's backward from its stage winners (`winner(family)`: nullptr when none): the summed medians
+/// of attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq (and attn_bwd_dsink with learned sinks) and the
+/// largest allocation of one stage [bytes]; nullopt when a stage has no measured winner.
+struct BackwardSum {
+  double ms = 0;
+  std::int64_t peak_bytes = 0;
+  std::size_t stages = 0;
+};
+std::optional<BackwardSum> backward_sum(bool learned_sinks,
+                                        const std::function<const TrialRow*(const std::string& family)>& winner);
+/// learned_sinks != 0 in a problem key.
+bool has_learned_sinks(const std::string& problem_key);
 
 /// The backward's end-to-end score, per (problem, gpu) where every backward stage has a measured trial:
 /// the sum of the stage winners' medians (attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, + attn_bwd_dsink

@@ -47,6 +47,11 @@ struct Config {
   std::map<std::string, std::int64_t> values;
 
   std::int64_t at(const std::string& name) const;  ///< throws Error when the tunable is missing
+  /// The tunable's value, or `fallback` when the config has none (configs older than the tunable).
+  std::int64_t get(const std::string& name, std::int64_t fallback) const {
+    const auto it = values.find(name);
+    return it == values.end() ? fallback : it->second;
+  }
   std::string key() const;                          ///< canonical and stable: "block=256,vec=4"
   bool operator==(const Config&) const = default;
 };

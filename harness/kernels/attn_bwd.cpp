@@ -27,10 +27,7 @@ const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 std::string n(std::int64_t v) { return std::to_string(v); }
 std::string type_arg(const core::Problem& p) { return p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16"; }
 // The config's tensor-core generation (attn_bwd_dkdv); 80 when the config predates the tunable.
-std::int64_t mma_of(const core::Config& c) {
-  const auto it = c.values.find("mma");
-  return it == c.values.end() ? 80 : it->second;
-}
+std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
 
 // What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16 /
 // bf16 only, head dims 16..128, byte counts from the buffers.

@@ -15,26 +15,13 @@ namespace {
 
 const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 
-// The config's tensor-core generation; 80 when the config predates the tunable.
-std::int64_t mma_of(const core::Config& c) {
-  const auto it = c.values.find("mma");
-  return it == c.values.end() ? 80 : it->second;
-}
-// wgmma tiles in flight per warpgroup; 1 when the config predates the tunable.
-std::int64_t pipe_of(const core::Config& c) {
-  const auto it = c.values.find("mma_pipe");
-  return it == c.values.end() ? 1 : it->second;
-}
-// How the wgmma kernel writes O (1 direct, 2 staged in shared memory); 1 when the config predates it.
-std::int64_t epilogue_of(const core::Config& c) {
-  const auto it = c.values.find("epilogue");
-  return it == c.values.end() ? 1 : it->second;
-}
-// Blocks per SM the wgmma kernel is compiled to fit (__launch_bounds__); 1 when the config predates it.
-std::int64_t min_blocks_of(const core::Config& c) {
-  const auto it = c.values.find("min_blocks");
-  return it == c.values.end() ? 1 : it->second;
-}
+// Tunables added after the first configs were recorded: an older config means the kernel it ran. mma: the
+// tensor-core generation; mma_pipe: wgmma tiles in flight per warpgroup; epilogue: how the wgmma kernel
+// writes O (1 direct, 2 staged); min_blocks: blocks per SM it is compiled to fit (__launch_bounds__).
+std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
+std::int64_t pipe_of(const core::Config& c) { return c.get("mma_pipe", 1); }
+std::int64_t epilogue_of(const core::Config& c) { return c.get("epilogue", 1); }
+std::int64_t min_blocks_of(const core::Config& c) { return c.get("min_blocks", 1); }
 
 class AttnFwd final : public attn::AttentionFamily {
  public:

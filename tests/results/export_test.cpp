@@ -148,12 +148,7 @@ TEST_F(ExportTest, CourseAttentionCsvHasTheCourseColumns) {
 TEST_F(ExportTest, CourseAttentionCsvSumsTheTunedBackwardStages) {
   {
     flashtune::db::Store store(db);
-    flashtune::db::RunInfo info;
-    info.experiment_name = "results_fixture";
-    info.gpu_name = "NVIDIA H200";
-    info.gpu_arch = "sm_90a";
-    info.device_key = "h200";
-    const auto run = store.begin_run(info);
+    const auto run = begin_fixture_run(store);
     const auto p = attn_problem(4096, 1);  // the fixture's forward ran it (0.24 ms)
     store.record_trial(make_trial(run, "attn_bwd_preprocess", p, attn_config(128, 64, 4), TrialStatus::ok, 0.01, 0.01, 3 << 20));
     store.record_trial(make_trial(run, "attn_bwd_dkdv", p, attn_config(64, 64, 4), TrialStatus::ok, 0.5, 0.01, 6 << 20));

@@ -52,12 +52,7 @@ TEST(Grade, BackwardStagesCheckEveryGradientAndSumTheTunedStages) {
   const std::string db = (tmp.dir / "b.sqlite").string();
   {
     flashtune::db::Store store(db);
-    flashtune::db::RunInfo info;
-    info.experiment_name = "results_fixture";
-    info.gpu_name = "NVIDIA H200";
-    info.gpu_arch = "sm_90a";
-    info.device_key = "h200";
-    const auto run = store.begin_run(info);
+    const auto run = begin_fixture_run(store);
     auto rec = [&](const std::string& family, const flashtune::core::Problem& p, TrialStatus st, double ms) {
       store.record_trial(make_trial(run, family, p, attn_config(64, 64, 4), st, ms));
     };

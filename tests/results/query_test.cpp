@@ -154,12 +154,7 @@ TEST(QueryBackward, SumsTheStageWinnersAndSkipsIncompleteProblems) {
   const std::string db = (tmp.dir / "b.sqlite").string();
   {
     flashtune::db::Store store(db);
-    flashtune::db::RunInfo info;
-    info.experiment_name = "bwd_fixture";
-    info.gpu_name = "NVIDIA H200";
-    info.gpu_arch = "sm_90a";
-    info.device_key = "h200";
-    const auto run = store.begin_run(info);
+    const auto run = begin_fixture_run(store, "bwd_fixture");
     auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
       auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);  // tflops = 1 / ms: 1e9 FLOP
       t.experiment_name = "bwd_fixture";

@@ -94,6 +94,16 @@ inline flashtune::db::TrialRecord make_trial(std::int64_t run, const std::string
   return t;
 }
 
+// A run of the fixture's GPU (an H200, device key "h200") in `store`.
+inline std::int64_t begin_fixture_run(flashtune::db::Store& store, const std::string& experiment = "results_fixture") {
+  flashtune::db::RunInfo info;
+  info.experiment_name = experiment;
+  info.gpu_name = "NVIDIA H200";
+  info.gpu_arch = "sm_90a";
+  info.device_key = "h200";
+  return store.begin_run(info);
+}
+
 inline flashtune::core::Problem attn_problem(std::int64_t seq, std::int64_t causal, std::int64_t heads_kv = 16,
                                             std::int64_t window = 0, std::int64_t sinks = 0) {
   flashtune::core::Problem p;
@@ -115,12 +125,7 @@ struct FixtureDb {
   std::int64_t run1 = 0, run2 = 0;
   explicit FixtureDb(const fs::path& path) {
     flashtune::db::Store store(path);
-    flashtune::db::RunInfo info;
-    info.experiment_name = "results_fixture";
-    info.gpu_name = "NVIDIA H200";
-    info.gpu_arch = "sm_90a";
-    info.device_key = "h200";
-    run1 = store.begin_run(info);
+    run1 = begin_fixture_run(store);
     for (std::int64_t seq : {1024, 4096})
       for (std::int64_t causal : {0, 1}) {
         const auto p = attn_problem(seq, causal);
@@ -151,7 +156,7 @@ struct FixtureDb {
     }
     store.finish_run(run1, "finished");
 
-    run2 = store.begin_run(info);
+    run2 = begin_fixture_run(store);
     const auto p = attn_problem(1024, 0);
     auto again = [&](std::int64_t bm, std::int64_t bn, std::int64_t w, double ms) {
       store.record_trial(make_trial(run2, "attn_fwd", p, attn_config(bm, bn, w), TrialStatus::ok, ms, 0.01, 1 << 20));
