@@ -11,26 +11,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/command.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using Result = ft_test::CommandResult;
 
-Result flashtune(const std::string& args) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune " + args + " 2>&1";
-  Result r{-1, {}};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result flashtune(const std::string& args) { return ft_test::run_command(ft_test::flashtune_binary() + " " + args + " 2>&1"); }
 
 struct Temp {
   fs::path dir = fs::temp_directory_path() / ("ft_cli_" + std::to_string(::getpid()));

@@ -14,27 +14,17 @@
 #include <sstream>
 #include <string>
 
+#include "tests/command.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using Result = ft_test::CommandResult;
 
-Result shell(const std::string& cmd) {
-  Result r{-1, {}};
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result shell(const std::string& cmd) { return ft_test::run_command(cmd + " 2>&1"); }
 
-const std::string kFlashtune = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+const std::string kFlashtune = ft_test::flashtune_binary();
 
 // Two studies: an exhaustive one (its configs are split between shards) and a learning one (its problems are).
 const char* kExperiment = R"(

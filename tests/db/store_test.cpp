@@ -80,6 +80,19 @@ struct Raw {
   }
 };
 
+// A database at schema version 1 (the first migration) holding one run of one ok softmax trial
+// ('old_sweep' on 'a100', rows=8 / block=32, source 's', 0.75 ms).
+void write_version1_db(Raw& raw) {
+  raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations/001_initial.sql"));
+  raw.exec("PRAGMA user_version = 1");
+  raw.exec("INSERT INTO runs (experiment_name, device_key) VALUES ('old_sweep', 'a100')");
+  raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
+  raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
+  raw.exec("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
+           "source_hash, device_key, status, median_ms) "
+           "VALUES (1, 'old_sweep', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.75)");
+}
+
 // Tables, columns (name, type, not null, default, pk) and indexes (name, table, unique, columns).
 std::string describe_schema(Raw& raw) {
   std::ostringstream out;
@@ -381,14 +394,7 @@ TEST_F(StoreTest, FindTrialResumesOnlyTheSameSourceAndDevice) {
 TEST_F(StoreTest, MigratesVersion1DatabaseKeepingItsRows) {
   {
     Raw raw(db_path());
-    raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations/001_initial.sql"));
-    raw.exec("PRAGMA user_version = 1");
-    raw.exec("INSERT INTO runs (experiment_name, device_key) VALUES ('old_sweep', 'a100')");
-    raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
-    raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
-    raw.exec("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
-             "source_hash, device_key, status, median_ms) "
-             "VALUES (1, 'old_sweep', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.75)");
+    write_version1_db(raw);
     ASSERT_TRUE(raw.query("SELECT name FROM pragma_table_info('trials') WHERE name = 'stopped_early'").empty());
   }
   Store store(db_path());
@@ -676,14 +682,7 @@ TEST_F(StoreTest, MergeTakesAnOlderSchemaWithoutMigratingTheInput) {
   const auto old = m_dir / "old.sqlite";
   {
     Raw raw(old);
-    raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations/001_initial.sql"));
-    raw.exec("PRAGMA user_version = 1");
-    raw.exec("INSERT INTO runs (experiment_name, device_key) VALUES ('old_sweep', 'a100')");
-    raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
-    raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
-    raw.exec("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
-             "source_hash, device_key, status, median_ms) "
-             "VALUES (1, 'old_sweep', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.75)");
+    write_version1_db(raw);
   }
   Store out(m_dir / "all.sqlite");
   EXPECT_EQ(out.merge_from(old).trials_added, 1);

@@ -95,15 +95,11 @@ int main() {
                               main.string() + " -o " + exe.string() + " 2>&1";
   ASSERT_EQ(std::system(compile.c_str()), 0) << compile;
   const auto run = run_cli("--help");  // keep the binary warm; the real check follows
-  FILE* p = ::popen(exe.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[256] = {};
-  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, p);
-  const int st = ::pclose(p);
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0) << std::string(buf, n);
+  const auto used = ft_test::run_command(exe.string());
+  ASSERT_NE(used.status, -1) << "did not start or exit normally";
+  EXPECT_EQ(used.status, 0) << used.out;
   // best at L = 4096 causal: block_m 128, block_n 64, 4 warps, 4 * 0.6 * 0.1 ms; problem[6] is seq_q (sorted dims)
-  EXPECT_EQ(std::string(buf, n), "128 64 4 0.24 4096\n");
+  EXPECT_EQ(used.out, "128 64 4 0.24 4096\n");
 }
 
 TEST_F(ExportTest, CourseSoftmaxMatmulCsvHasTheCourseColumnsAndEmptyFailures) {

@@ -88,12 +88,7 @@ document.getElementById('f').onload = function () {
   const std::string cmd = std::string(browser) +
                           " --headless --no-sandbox --disable-gpu --allow-file-access-from-files --virtual-time-budget=10000"
                           " --dump-dom file://" + (out() / "check.html").string() + " 2>/dev/null";
-  std::string dom;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) dom.append(buf.data(), n);
-  ::pclose(p);
+  const std::string dom = ft_test::run_command(cmd).out;
   const std::string want = "images=" + std::to_string(kPngs.size()) + " links=";
   ASSERT_NE(dom.find(want), std::string::npos) << dom;
   EXPECT_NE(dom.find("bad=[]"), std::string::npos) << dom;

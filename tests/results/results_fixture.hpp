@@ -13,27 +13,17 @@
 #include <string>
 
 #include "db/store.hpp"
+#include "tests/command.hpp"
 
 namespace ft_results_test {
 
 namespace fs = std::filesystem;
 using flashtune::core::TrialStatus;
 
-struct Result {
-  int status;
-  std::string out;  // stdout, and stderr when merge_stderr
-};
+using Result = ft_test::CommandResult;
 
 inline Result run_cli(const std::string& args, bool merge_stderr = true) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r{-1, {}};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return ft_test::run_command(ft_test::flashtune_binary() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 inline std::string read_file(const fs::path& p) {

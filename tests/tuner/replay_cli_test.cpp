@@ -14,26 +14,17 @@
 
 #include "db/store.hpp"
 
+#include "tests/command.hpp"
+
 namespace fs = std::filesystem;
 namespace ft = flashtune;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using Result = ft_test::CommandResult;
 
 Result run_flashtune(const std::string& args, bool with_stderr = true) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r{-1, {}};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return ft_test::run_command(ft_test::flashtune_binary() + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 struct Temp {
