@@ -190,19 +190,13 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total)
     int passed = 0, failed = 0, not_run = 0;
     for (const auto& [key, c] : cases) {
       if (c.kernel.empty()) continue;  // only the baseline ran here
-      const TrialRow* ok = nullptr;
       const TrialRow* bad = nullptr;
-      bool ran = false;
-      for (const auto* t : c.kernel) {
-        if (t->status == "ok") ok = ok ? ok : t;
-        else if (t->status != "compiled" && t->status != "invalid_config") bad = t;
-        if (t->status != "compiled" && t->status != "invalid_config") ran = true;
-      }
+      const int v = verdict(c.kernel, &bad);
       const std::string what = describe(st, c.dims) + (key.second.empty() ? "" : " on " + key.second);
-      if (ok) {
+      if (v > 0) {
         ++passed;
         out << "\u2705 P" << st << " Correctness Test Passed! " << what << '\n';
-      } else if (ran) {
+      } else if (v < 0) {
         ++failed, ++failed_sum;
         out << "\u274c P" << st << " Correctness Test Failed! " << what << ": " << bad->status
             << (bad->reason.empty() ? "" : " (" + bad->reason + ")") << '\n';
@@ -216,12 +210,8 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total)
 
     // The benchmark: every case where the tuned kernel and the naive baseline were both measured.
     for (const auto& [key, c] : cases) {
-      const TrialRow* fast = nullptr;
-      const TrialRow* naive = nullptr;
-      for (const auto* t : c.kernel)
-        if (t->measured() && (!fast || *t->median_ms < *fast->median_ms)) fast = t;
-      for (const auto* t : c.naive)
-        if (t->measured() && (!naive || *t->median_ms < *naive->median_ms)) naive = t;
+      const TrialRow* fast = fastest(c.kernel);
+      const TrialRow* naive = fastest(c.naive);
       if (!fast || !naive) continue;
       auto at = [&](const char* n, std::int64_t fb) { const auto it = c.dims.find(n); return it == c.dims.end() ? fb : it->second; };
       const double gib = 1024.0 * 1024.0 * 1024.0;
