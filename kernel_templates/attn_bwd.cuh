@@ -500,4 +500,4 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
 }
 
-#include "attn_bwd_sm90.cuh"  // attn_bwd_dkdv on Hopper warpgroup MMA (mma = 90)
+#include "attn_bwd_sm90.cuh"  // attn_bwd_dkdv on Hopper warpgroup MMA (mma = 90), attn_bwd_fused

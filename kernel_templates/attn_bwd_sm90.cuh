@@ -1,7 +1,11 @@
-// kernel_templates/attn_bwd_sm90.cuh: the Hopper (sm_90a) kernel of the attn_bwd_dkdv family, on warpgroup
-// MMA (wgmma), chosen by the tunable mma = 90 (mma = 80 is attn_bwd_dkdv_kernel, mma.sync, every GPU since
-// sm_80). Same work split and semantics as that kernel (one block per key tile over the query tiles and
-// GQA heads that see it, no atomics), without the sink-token split (the host requires sink_split = 1).
+// kernel_templates/attn_bwd_sm90.cuh: the Hopper (sm_90a) backward kernels on warpgroup MMA (wgmma):
+//   attn_bwd_dkdv_wgmma_kernel   the attn_bwd_dkdv family's tunable mma = 90 (mma = 80 is attn_bwd_dkdv_kernel,
+//                                mma.sync, every GPU since sm_80). Same work split and semantics as that kernel
+//                                (one block per key tile over the query tiles and GQA heads that see it, no
+//                                atomics), without the sink-token split (the host requires sink_split = 1).
+//   attn_bwd_fused_wgmma_kernel  the attn_bwd_fused family: the same loop also adds dQ's share of every item
+//                                (dS K) into an fp32 accumulator with atomics, so dK, dV and dQ take one pass;
+//                                a second launch of it (convert = 1) writes dQ = scale * accumulator in T.
 // The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader) are the forward's
 // (attn_fwd_sm90.cuh).
 #pragma once
@@ -19,16 +23,25 @@
 // tile: LSE and D of the tile come through shared memory with it. Items (query head, query tile) stream
 // through kStages stages of (Q, dO, LSE, D), loaded with cp.async.
 //
+// Fused dQ (kFusedDq): dQ (kBlockM x kHeadDim) += dS K per item, summed over the key blocks by fp32 atomics
+// (red.global.add, two floats at a time) into dq_acc, which the host zeroes before the launch:
+//   each warpgroup stores its 64 rows of dS^T (rounded to T, as dK uses them) into a shared tile of
+//   kBlockN keys x kBlockM queries (64-query slabs, 128-byte swizzle); after a barrier,
+//   dQ piece = dS K    ss: A = that tile read M-major (queries as M), B = the K tile read N-major.
+// The dQ tile is cut into kBlockM / 64 row blocks x kDqSplit column chunks of kDqN (64 or 128) columns,
+// pieces dealt round-robin to the warpgroups.
+//
 // Shared memory (from a 1024-byte-aligned base): K tile, V tile (kBlockN x kHeadDim each, 64-column slabs
-// of kBlockN rows), then kStages stages of [Q tile | dO tile | LSE | D], each rounded up to 1024 bytes.
-template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
-__global__ void __launch_bounds__(kWarpgroups * 128, 1)
-    attn_bwd_dkdv_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                               const T* __restrict__ dout, const float* __restrict__ lse,
-                               const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
-                               float* __restrict__ ws, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                               int sink_tokens, int sink_split, int reduce, float scale, long long q_sb,
-                               long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+// of kBlockN rows), [fused: the dS^T tile, kBlockN x kBlockM], then kStages stages of
+// [Q tile | dO tile | LSE | D], each rounded up to 1024 bytes.
+template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow, bool kFusedDq>
+__device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                                  const T* __restrict__ dout, const float* __restrict__ lse,
+                                                  const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                                                  float* __restrict__ dq_acc, int heads_q, int heads_kv, int seq_q,
+                                                  int seq_k, int window, int sink_tokens, float scale, long long q_sb,
+                                                  long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                                                  long long k_ss) {
   static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
   static_assert(kBlockM == 64 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64 or 128");
   static_assert(kStages >= 1 && kStages <= 4, "1..4 stages");
@@ -44,15 +57,23 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
     kStageBytes = (2 * kTileBytes + 8 * kBlockM + 1023) / 1024 * 1024,  // Q, dO, LSE, D
     kSlabKv = kBlockN * 128,                 // bytes between 64-column slabs of a K or V tile
     kSlabQ = kBlockM * 128,                  // ... of a Q or dO tile
+    kDsBytes = kFusedDq ? kBlockN * kBlockM * 2 : 0,  // the dS^T tile (fused dQ)
+    kSlabDs = kBlockN * 128,                 // bytes between its 64-query slabs
+    kDqRowBlocks = kBlockM / 64,
+    kDqSplit = kWarpgroups / kDqRowBlocks < 1                  ? 1
+               : kWarpgroups / kDqRowBlocks > kHeadDim / 64 ? kHeadDim / 64
+                                                              : kWarpgroups / kDqRowBlocks,
+    kDqN = kHeadDim / kDqSplit,              // columns of one dQ piece
+    kDqPieces = kDqRowBlocks * kDqSplit,
   };
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  (void)ws, (void)sink_split, (void)reduce;  // the sink-token split is the mma 80 kernel's (host: sink_split = 1)
+  static_assert(!kFusedDq || kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char ft_smem_dkdv90[];
   const unsigned smem_raw = ft_smem_u32(ft_smem_dkdv90);
   const unsigned smem_k = (smem_raw + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
   const unsigned smem_v = smem_k + kKvBytes;
-  const unsigned smem_stages = smem_v + kKvBytes;
+  const unsigned smem_ds = smem_v + kKvBytes;
+  const unsigned smem_stages = smem_ds + kDsBytes;
   const unsigned char* stage_base = ft_smem_dkdv90 + (smem_stages - smem_raw);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -182,10 +203,58 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
     ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
     ft_fence_regs<kHeadDim / 2>(dv_acc);
     pack_a(dp, af);
+    if constexpr (kFusedDq) {  // dS^T rows of this warpgroup into the shared tile, as T (the values dK uses)
+      // Row key0 - n0 (and + 8): 16-byte chunk nt % 8 of 64-query slab nt / 8 sits at chunk (nt % 8) ^ g.
+      // The base is recomputed each item (an opaque copy), so the compiler keeps no per-chunk addresses.
+      unsigned ds_row;
+      asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned((key0 - n0) * 128 + 4 * t4)));
+#pragma unroll
+      for (int nt = 0; nt < kQCols; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const unsigned at = ds_row + unsigned((nt / 8) * kSlabDs + r * 1024 + (((nt % 8) ^ g) << 4));
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(af[nt / 2][(nt % 2) * 2 + r]) : "memory");
+        }
+    }
     issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
+    if constexpr (kFusedDq) {
+      ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
+      __syncthreads();         // every warpgroup's rows are in
+      ft_wgmma_wait<0>();      // dK: its A fragments are free before the dQ accumulators take registers
+      ft_fence_regs<kHeadDim / 2>(dk_acc);
+      const long long q_head = b * q_sb + (h_kv * group + i / t_count) * q_sh;
+#pragma unroll
+      for (int piece = wg; piece < kDqPieces; piece += kWarpgroups) {
+        const int rb = piece / kDqSplit, col0 = (piece % kDqSplit) * kDqN;
+        float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
+        float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
+        ft_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kBlockN / 16; ++ks) {
+          const unsigned long long da = ft_wgmma_desc(smem_ds + unsigned(rb * kSlabDs + ks * 2048), kSlabDs, 1024);
+          const unsigned long long db = ft_wgmma_desc(smem_k + unsigned((col0 / 64) * kSlabKv + ks * 2048), kSlabKv, 1024);
+          FtWgmma<T, kDqN>::template ss<1, 1>(dq, da, db, ks > 0);
+        }
+        ft_wgmma_commit();
+        ft_wgmma_wait<0>();
+        ft_fence_regs<kDqN / 2>(dq);
+        const int row0 = m0 + rb * 64 + (warp % 4) * 16 + g;
+        float* dst0 = dq_acc + q_head + row0 * q_ss + col0 + 2 * t4;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (row0 + 8 * r >= seq_q) continue;
+          float* dst = dst0 + 8 * r * kHeadDim;  // Q's rows are contiguous (q_ss = kHeadDim)
+#pragma unroll
+          for (int nt = 0; nt < kDqN / 8; ++nt)
+            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst + nt * 8), "f"(dq[nt * 4 + 2 * r]),
+                         "f"(dq[nt * 4 + 2 * r + 1])
+                         : "memory");
+        }
+      }
+    }
     ft_wgmma_wait<0>();
     ft_fence_regs<kHeadDim / 2>(dk_acc);
-    __syncthreads();  // stage i % kStages is refilled by the next iteration's load
+    __syncthreads();  // stage i % kStages is refilled by the next iteration's load (fused: and the dS^T tile)
   }
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
@@ -203,6 +272,52 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
       *reinterpret_cast<unsigned*>(dv + at + dt * 8 + 2 * t4) = FtMma<T>::pack(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
     }
   }
+}
+
+template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kWarpgroups * 128, 1)
+    attn_bwd_dkdv_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                               const T* __restrict__ dout, const float* __restrict__ lse,
+                               const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
+                               float* __restrict__ ws, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
+                               int sink_tokens, int sink_split, int reduce, float scale, long long q_sb,
+                               long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)ws, (void)sink_split, (void)reduce;  // the sink-token split is the mma 80 kernel's (host: sink_split = 1)
+  ft_attn_bwd_wgmma<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, false>(
+      q, k, v, dout, lse, delta, dk, dv, nullptr, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb,
+      q_sh, q_ss, k_sb, k_sh, k_ss);
+#else
+  __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
+#endif
+}
+
+// dK, dV and (through dq_acc, zeroed by the host before the launch) dQ in one pass. convert = 1: the
+// second launch, grid (seq_q * kHeadDim / (4 * threads) rounded up, heads_q, batch): dq = T(scale * dq_acc),
+// four elements per thread (Q's strides are contiguous: q_ss = kHeadDim, q_sh = seq_q * kHeadDim).
+template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kWarpgroups * 128, 1)
+    attn_bwd_fused_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                const T* __restrict__ dout, const float* __restrict__ lse,
+                                const float* __restrict__ delta, T* __restrict__ dq, T* __restrict__ dk,
+                                T* __restrict__ dv, float* __restrict__ dq_acc, int heads_q, int heads_kv, int seq_q,
+                                int seq_k, int window, int sink_tokens, int convert, float scale, long long q_sb,
+                                long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (convert) {
+    const long long i = 4 * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
+    if (i >= static_cast<long long>(seq_q) * kHeadDim) return;
+    const long long at = blockIdx.z * q_sb + blockIdx.y * q_sh + i;
+    const float4 x = *reinterpret_cast<const float4*>(dq_acc + at);
+    uint2 out;
+    out.x = FtMma<T>::pack(x.x * scale, x.y * scale);
+    out.y = FtMma<T>::pack(x.z * scale, x.w * scale);
+    *reinterpret_cast<uint2*>(dq + at) = out;
+    return;
+  }
+  ft_attn_bwd_wgmma<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, true>(
+      q, k, v, dout, lse, delta, dk, dv, dq_acc, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb,
+      q_sh, q_ss, k_sb, k_sh, k_ss);
 #else
   __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
 #endif

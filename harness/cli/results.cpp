@@ -276,16 +276,30 @@ namespace flashtune::cli {
 
 std::optional<BackwardSum> backward_sum(bool learned_sinks,
                                         const std::function<const TrialRow*(const std::string& family)>& winner) {
-  std::vector<std::string> stages = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"};
-  if (learned_sinks) stages.push_back("attn_bwd_dsink");
-  BackwardSum sum;
-  for (const auto& f : stages) {
+  auto measured = [&](const char* f) -> const TrialRow* {
     const TrialRow* t = winner(f);
-    if (!t || !t->median_ms) return std::nullopt;
+    return t && t->median_ms ? t : nullptr;
+  };
+  const TrialRow* pre = measured("attn_bwd_preprocess");
+  const TrialRow* dsink = learned_sinks ? measured("attn_bwd_dsink") : nullptr;
+  if (!pre || (learned_sinks && !dsink)) return std::nullopt;
+  // dK, dV and dQ: attn_bwd_dkdv + attn_bwd_dq, or attn_bwd_fused, whichever is faster.
+  const TrialRow* dkdv = measured("attn_bwd_dkdv");
+  const TrialRow* dq = measured("attn_bwd_dq");
+  const TrialRow* fused = measured("attn_bwd_fused");
+  const bool split = dkdv && dq;
+  if (!split && !fused) return std::nullopt;
+  BackwardSum sum;
+  sum.fused = fused && (!split || *fused->median_ms < *dkdv->median_ms + *dq->median_ms);
+  std::vector<const TrialRow*> parts{pre};
+  if (sum.fused) parts.push_back(fused);
+  else parts.insert(parts.end(), {dkdv, dq});
+  if (dsink) parts.push_back(dsink);
+  for (const TrialRow* t : parts) {
     sum.ms += *t->median_ms;
     sum.peak_bytes = std::max(sum.peak_bytes, t->device_bytes);
   }
-  sum.stages = stages.size();
+  sum.stages = parts.size();
   return sum;
 }
 
@@ -296,15 +310,15 @@ bool has_learned_sinks(const std::string& problem_key) {
 }
 
 Table backward_end_to_end(const std::vector<TrialRow>& trials) {
-  static const std::vector<std::string> kStages = {"attn_fwd", "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
-                                                   "attn_bwd_dsink"};
+  static const std::vector<std::string> kStages = {"attn_fwd",     "attn_bwd_preprocess", "attn_bwd_dkdv",
+                                                   "attn_bwd_dq",  "attn_bwd_fused",      "attn_bwd_dsink"};
   std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> by_problem;  // (problem, gpu)
   for (const auto& t : best_per_problem(trials))
     if (std::find(kStages.begin(), kStages.end(), t.family) != kStages.end()) {
       auto& slot = by_problem[{t.problem, t.gpu}];
       if (!slot.count(t.family) || *t.median_ms < *slot.at(t.family).median_ms) slot.insert_or_assign(t.family, t);
     }
-  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "dsink_ms", "bwd_ms", "fwd_bwd_ms",
+  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "fused_ms", "dsink_ms", "bwd_ms", "fwd_bwd_ms",
              "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
             {}};
   for (const auto& [key, stage] : by_problem) {
@@ -316,6 +330,7 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
     std::set<std::int64_t> run_ids;
     for (const auto& f : kStages) {
       if (!stage.count(f) || (f == "attn_bwd_dsink" && !sinks)) continue;
+      if (sum->fused ? (f == "attn_bwd_dkdv" || f == "attn_bwd_dq") : f == "attn_bwd_fused") continue;  // not summed
       const auto& t = stage.at(f);
       configs += (configs.empty() ? "" : "; ") + f.substr(f.rfind('_') + 1) + ": " + t.config;
       run_ids.insert(t.run_id);
@@ -334,7 +349,7 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
     };
     const std::optional<double> both = fwd_ms ? std::optional<double>(*fwd_ms + bwd) : std::nullopt;
     out.rows.push_back({key.first, key.second, ms("attn_fwd"), ms("attn_bwd_preprocess"), ms("attn_bwd_dkdv"),
-                        ms("attn_bwd_dq"), sinks ? ms("attn_bwd_dsink") : "", num(bwd, 5), num(both, 5),
+                        ms("attn_bwd_dq"), ms("attn_bwd_fused"), sinks ? ms("attn_bwd_dsink") : "", num(bwd, 5), num(both, 5),
                         num(tflops(fwd_flops, fwd_ms)),
                         num(tflops(fwd_flops ? std::optional<double>(2.5 * *fwd_flops) : std::nullopt, bwd)),
                         num(tflops(fwd_flops ? std::optional<double>(3.5 * *fwd_flops) : std::nullopt, both)),

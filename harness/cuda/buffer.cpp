@@ -66,9 +66,11 @@ void DeviceBuffer::fill_bytes(std::uint8_t value, CUstream stream) {
   FT_CHECK_CU(driver().cuMemsetD8Async(m_ptr, value, m_bytes, stream));
 }
 
-void DeviceBuffer::fill_u32(std::uint32_t value, CUstream stream) {
-  if (m_bytes < 4) return;
-  FT_CHECK_CU(driver().cuMemsetD32Async(m_ptr, value, m_bytes / 4, stream));
+void DeviceBuffer::fill_u32(std::uint32_t value, CUstream stream) { cuda::fill_u32(m_ptr, m_bytes / 4, value, stream); }
+
+void fill_u32(CUdeviceptr ptr, std::size_t words, std::uint32_t value, CUstream stream) {
+  if (words == 0) return;
+  FT_CHECK_CU(driver().cuMemsetD32Async(ptr, value, words, stream));
 }
 
 }  // namespace flashtune::cuda

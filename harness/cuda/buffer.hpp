@@ -42,4 +42,8 @@ class DeviceBuffer {
   std::uint64_t m_generation = 0;
 };
 
+/// Enqueues setting `words` 32-bit words from device address `ptr` to `value` on `stream` (memory a caller
+/// holds only the address of, e.g. a family's workspace in LaunchEnv).
+void fill_u32(CUdeviceptr ptr, std::size_t words, std::uint32_t value, CUstream stream);
+
 }  // namespace flashtune::cuda

@@ -1,7 +1,8 @@
 // harness/kernels/attn_bwd.cpp: the attention backward families (kernel_templates/attn_bwd.cuh), one per
 // stage so that each is tuned on its own: attn_bwd_preprocess (D = rowsum(dO * O)), attn_bwd_dkdv,
-// attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient). fp16 / bf16 on tensor cores; every mask
-// variant of the forward (causal, GQA / MQA, window, sink tokens; learned sinks enter through LSE and dsink).
+// attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient); attn_bwd_fused does dkdv and dq in one pass
+// (sm_90a). fp16 / bf16 on tensor cores; every mask variant of the forward (causal, GQA / MQA, window, sink
+// tokens; learned sinks enter through LSE and dsink).
 // attn_bwd_dkdv launches itself: with sink_split > 1 a second launch adds the split sink tiles' partials;
 // its tunable mma picks mma.sync (80, every GPU since sm_80) or Hopper wgmma (90, sm_90a, attn_bwd_sm90.cuh).
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "harness/cuda/buffer.hpp"
 #include "harness/cuda/module.hpp"
 
 #include "harness/kernels/attention.hpp"
@@ -100,6 +102,28 @@ std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, st
   for (std::int64_t h = 0; h < heads; ++h)
     for (std::int64_t i : rows) std::fill_n(c.begin() + std::ptrdiff_t((h * seq + i) * width), width, 1);
   return c;
+}
+
+// Kernel arguments as the driver wants them: pointers to 8-byte slots holding each value (the families
+// that launch themselves).
+void pack(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
+          std::vector<void*>& pointers) {
+  slots.assign(args.size(), 0);
+  pointers.clear();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, BufferArg>) {
+            slots[i] = env.buffers.at(std::size_t(v.index));
+          } else {
+            static_assert(sizeof(V) <= sizeof(std::uint64_t));
+            std::memcpy(&slots[i], &v, sizeof v);
+          }
+        },
+        args[i]);
+    pointers.push_back(&slots[i]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -362,27 +386,6 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   static std::int64_t active_split(const core::Config& c, const core::Problem& p) {
     return has_sink_tiles(p) ? sink_split(c) : 1;
   }
-  // Kernel arguments as the driver wants them: pointers to 8-byte slots holding each value.
-  static void pack(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
-                   std::vector<void*>& pointers) {
-    slots.assign(args.size(), 0);
-    pointers.clear();
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      std::visit(
-          [&](const auto& v) {
-            using V = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<V, BufferArg>) {
-              slots[i] = env.buffers.at(std::size_t(v.index));
-            } else {
-              static_assert(sizeof(V) <= sizeof(std::uint64_t));
-              std::memcpy(&slots[i], &v, sizeof v);
-            }
-          },
-          args[i]);
-      pointers.push_back(&slots[i]);
-    }
-  }
-
  public:
   std::string name() const override { return "attn_bwd_dkdv"; }
   std::string stage() const override { return "backward_dkdv"; }
@@ -584,11 +587,147 @@ class AttnBwdDq final : public AttnBwdGrad {
   }
 };
 
+
+// dK, dV and dQ in one pass (kernel_templates/attn_bwd_sm90.cuh, sm_90a): the wgmma dkdv loop, which also adds
+// each item's dS K into an fp32 dQ accumulator (the workspace) with atomics; prepare() zeroes it before
+// every launch, outside the timed region; launch() runs the pass, then the same kernel with convert = 1
+// (dq = scale * accumulator in the dtype, timed with it). Not deterministic in dQ (the atomics' order);
+// dK and dV are. The tuner's alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes
+// whichever of the two sums is faster.
+class AttnBwdFused final : public AttnBwdGrad {
+ public:
+  std::string name() const override { return "attn_bwd_fused"; }
+  std::string stage() const override { return "backward_fused"; }
+  std::string description() const override {
+    return "attention backward dK, dV and dQ in one pass (sm_90a wgmma): attn_bwd_dkdv's key-tile loop, dQ added "
+           "into an fp32 accumulator with atomics (zeroed before every launch, untimed), then converted";
+  }
+  std::vector<TunableSpec> tunables() const override {
+    return {
+        {"block_m", {64, 128}, "query rows per item (the N of S^T = K Q^T)"},
+        {"block_n", {64, 128}, "keys per block: 64 per warpgroup"},
+        {"num_warps", {4, 8}, "warps per block (a warpgroup = 4 warps)"},
+        {"num_stages", {1, 2}, "items in flight (cp.async pipeline depth)"},
+    };
+  }
+  std::vector<std::string> constraints() const override {
+    return {"block_n == 16 * num_warps", "num_warps % 4 == 0", "block_m == 64 || block_m == 128", "head_dim % 64 == 0"};
+  }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    if (d.arch != "sm_90a") return "attn_bwd_fused runs on wgmma: needs sm_90a, not " + d.arch;
+    if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
+      return "block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ", a multiple of 4)";
+    if (bm != 64 && bm != 128) return "block_m must be 64 or 128";
+    if (hd % 64 != 0) return "head_dim must be a multiple of 64 (128-byte swizzled rows)";
+    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+    if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";
+    const std::int64_t smem = smem_bytes(c, p);
+    if (smem > d.max_shared_per_block_optin)
+      return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
+    const std::int64_t regs = registers(c, p);
+    if (regs > d.max_regs_per_thread)
+      return "about " + n(regs) + " registers per thread needed (limit " + n(d.max_regs_per_thread) + ")";
+    return std::nullopt;
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    return {"attn_bwd_fused_wgmma_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
+                n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
+                bool_arg(p.get("window", 0) > 0) + ">",
+            {}};
+  }
+  // (q, k, v, dout, lse, delta, dq, dk, dv, dq_acc, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens,
+  //  convert, scale, strides)
+  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+    auto a = AttnBwdGrad::arguments(c, p);
+    a.insert(a.begin() + kFusedAcc, BufferArg{kFusedAcc});
+    a.insert(a.begin() + kConvertArg, KernelArg{std::int32_t(0)});
+    return a;
+  }
+  bool launches_itself() const override { return true; }
+  void prepare(const LaunchEnv& env, const core::Config&, const core::Problem& p) const override {
+    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(elements_q(p)), 0u, static_cast<CUstream>(env.stream));
+  }
+  void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
+    if (env.buffers.size() != std::size_t(kFusedAcc + 1))
+      throw core::Error("attn_bwd_fused.launch: expects " + n(kFusedAcc + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
+    std::vector<std::uint64_t> slots;
+    std::vector<void*> pointers;
+    pack(arguments(c, p), env, slots, pointers);
+    auto stream = static_cast<CUstream>(env.stream);
+    cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
+                 stream, pointers.data());
+    const std::int32_t one = 1;
+    std::memcpy(&slots[std::size_t(kConvertArg)], &one, sizeof one);
+    const std::int64_t quads = p.at("seq_q") * p.at("head_dim") / 4, threads = env.shape.threads_per_block();
+    const unsigned grid[3] = {unsigned((quads + threads - 1) / threads), unsigned(p.at("heads_q")), unsigned(p.at("batch"))};
+    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, pointers.data());
+  }
+  /// S^T, dP^T, dV, dK and dQ: 10 * head_dim per visible pair and query head (the whole backward's count).
+  double flops(const core::Problem& p) const override {
+    return 10.0 * double(p.at("head_dim")) * reference::attention_visible_pairs(attn::shape_of(p));
+  }
+
+ protected:
+  static constexpr int kConvertArg = 16;  // after sink_tokens
+  std::string kernel() const override { return "attn_bwd_fused_wgmma_kernel"; }
+  const char* owned() const override { return "block_n"; }
+  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
+  std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
+    return (p.at("seq_k") + c.at("block_n") - 1) / c.at("block_n");
+  }
+  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
+  void add_workspace(const core::Problem& p, std::vector<BufferSpec>& b) const override {
+    b.push_back({"dq_accum", core::DType::f32, elements_q(p), BufferRole::workspace, 0, 0});
+  }
+  // K and V tiles, the dS^T tile (block_n x block_m), num_stages x (Q, dO, LSE, D) rounded up to 1 KiB,
+  // and 1 KiB to align to the swizzle atoms (as the wgmma dkdv).
+  std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t d = p.at("head_dim"), bm = c.at("block_m"), bn = c.at("block_n");
+    return 4 * bn * d + 2 * bn * bm + c.at("num_stages") * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
+  }
+  // Per thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is larger;
+  // dQ lives after S^T is spent), the A fragments (block_m / 4), ~28 others. The dQ piece has head_dim /
+  // split columns, split = warpgroups per query row block (at most head_dim / 64).
+  std::int64_t registers(const core::Config& c, const core::Problem& p) const override {
+    const std::int64_t hd = p.at("head_dim"), bm = c.at("block_m"), wg = c.at("num_warps") / 4;
+    const std::int64_t split = std::clamp<std::int64_t>(wg / (bm / 64), 1, hd / 64);
+    return hd + bm / 2 + std::max(bm / 2, hd / split / 2) + bm / 4 + 28;
+  }
+  std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {
+    return {{"dq", elements_q(p)}, {"dk", elements_kv(p)}, {"dv", elements_kv(p)}};
+  }
+  void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
+    q_rows = attn::reference_rows(p, attn::kReferenceBudget);
+    if (q_rows.empty())
+      for (std::int64_t i = 0; i < p.at("seq_q"); ++i) q_rows.push_back(i);
+    core::Problem swapped = p;
+    swapped.dims["seq_q"] = p.at("seq_k"), swapped.dims["seq_k"] = p.at("seq_q");
+    k_rows = attn::reference_rows(swapped, attn::kReferenceBudget);
+    if (k_rows.empty())
+      for (std::int64_t j = 0; j < p.at("seq_k"); ++j) k_rows.push_back(j);
+  }
+  void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
+            const std::vector<std::int64_t>& k_rows, const core::Problem& p) const override {
+    const bool all_q = std::int64_t(q_rows.size()) == p.at("seq_q"), all_k = std::int64_t(k_rows.size()) == p.at("seq_k");
+    out[0].values = std::move(g.dq);
+    out[0].checked = checked_rows(all_q ? std::vector<std::int64_t>{} : q_rows, p.at("batch") * p.at("heads_q"),
+                                  p.at("seq_q"), p.at("head_dim"));
+    out[1].values = std::move(g.dk);
+    out[2].values = std::move(g.dv);
+    const auto c = checked_rows(all_k ? std::vector<std::int64_t>{} : k_rows, p.at("batch") * p.at("heads_kv"),
+                                p.at("seq_k"), p.at("head_dim"));
+    out[1].checked = c, out[2].checked = c;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family() { return std::make_unique<AttnBwdPreprocess>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family() { return std::make_unique<AttnBwdDkdv>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dq_family() { return std::make_unique<AttnBwdDq>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_fused_family() { return std::make_unique<AttnBwdFused>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family() { return std::make_unique<AttnBwdDsink>(); }
 
 }  // namespace flashtune::kernels

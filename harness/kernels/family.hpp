@@ -127,6 +127,10 @@ class KernelFamily {
   /// env.stream (and may throw cuda::CudaError); it is timed as a whole.
   virtual bool launches_itself() const { return false; }
   virtual void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const;
+  /// Untimed work the runner enqueues on env.stream before every launch (the validation launch, each
+  /// warm-up and each timed sample), e.g. zeroing an accumulator the kernel adds into with atomics. Only
+  /// families that launch themselves get it; the default does nothing.
+  virtual void prepare(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const;
 
   virtual double bytes_moved(const core::Problem& p) const = 0;  ///< [bytes] each input read once, each output written once
   virtual double flops(const core::Problem& p) const = 0;        ///< [FLOP]

@@ -14,6 +14,7 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     v.push_back(make_attn_bwd_preprocess_family());
     v.push_back(make_attn_bwd_dkdv_family());
     v.push_back(make_attn_bwd_dq_family());
+    v.push_back(make_attn_bwd_fused_family());
     v.push_back(make_attn_bwd_dsink_family());
     return v;
   }();
@@ -23,6 +24,8 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
 void KernelFamily::launch(const LaunchEnv&, const core::Config&, const core::Problem&) const {
   throw core::Error("kernel family '" + name() + "' does not launch itself (launches_itself() is false)");
 }
+
+void KernelFamily::prepare(const LaunchEnv&, const core::Config&, const core::Problem&) const {}
 
 const KernelFamily* find_family(const std::string& name) {
   for (const auto& f : all_families())

@@ -27,7 +27,7 @@ void L2Flusher::flush(CUstream stream) {
 
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
                      const core::MeasureSettings& s, L2Flusher* flusher, std::optional<EarlyExit> early_exit,
-                     const Watchdog* watchdog) {
+                     const Watchdog* watchdog, const std::function<void(CUstream)>& prepare) {
   using Clock = std::chrono::steady_clock;
   const auto wall_start = Clock::now();
   const CUstream st = stream.get();
@@ -36,6 +36,7 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   const int early_exit_after = std::min(5, min_samples);
 
   for (int i = 0; i < s.warmup; ++i) {
+    if (prepare) prepare(st);
     if (flusher) flusher->flush(st);
     launch(st);
   }
@@ -52,6 +53,7 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   while (true) {
     const int k = std::min(batch, max_samples - static_cast<int>(samples.size()));
     for (int i = 0; i < k; ++i) {
+      if (prepare) prepare(st);
       if (flusher) flusher->flush(st);
       starts[i].record(st);
       launch(st);

@@ -45,9 +45,12 @@ struct EarlyExit {
 /// Every sample is kept. Throws cuda::CudaError when a launch fails (sticky errors included).
 /// With `watchdog`, every wait for the GPU polls under its deadline (per launch waited for) instead of
 /// blocking: a launch that never completes reaches the watchdog's OnTimeout, or throws KernelTimeout.
+/// With `prepare`, it is enqueued before every launch (warm-up and samples), ahead of the flush and outside
+/// the events: untimed setup such as zeroing an accumulator the launch adds into.
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
                      const core::MeasureSettings& s, L2Flusher* flusher /* nullptr = hot */,
-                     std::optional<EarlyExit> early_exit = std::nullopt, const Watchdog* watchdog = nullptr);
+                     std::optional<EarlyExit> early_exit = std::nullopt, const Watchdog* watchdog = nullptr,
+                     const std::function<void(CUstream)>& prepare = {});
 
 /// [GB/s] device-to-device copy bandwidth: cuMemcpyDtoDAsync of `bytes` [bytes], after warm-up, median
 /// over `reps` event-timed copies, counted as 2 * bytes (read + write) / time, 1 GB = 1e9 bytes.

@@ -418,7 +418,7 @@ class ExperimentRun {
     struct Ready {
       std::optional<cuda::Module> module;
       PackedArgs args;
-      std::function<void(CUstream)> launch;
+      Launch launch;
     };
     try {
       std::vector<std::unique_ptr<Ready>> ready;  // stable addresses: each launch refers to its args
@@ -440,8 +440,9 @@ class ExperimentRun {
       std::vector<std::vector<double>> samples(finalists.size());
       for (int i : tuner::interleaved_order(int(finalists.size()), rounds)) {
         const measure::Watchdog dog = watchdog(study);
-        const auto t = measure::measure(ready[std::size_t(i)]->launch, m_gpu->stream, slot,
-                                        study.measure.cold ? &m_gpu->flusher : nullptr, std::nullopt, &dog);
+        const Launch& l = ready[std::size_t(i)]->launch;
+        const auto t = measure::measure(l.run, m_gpu->stream, slot, study.measure.cold ? &m_gpu->flusher : nullptr,
+                                        std::nullopt, &dog, l.prepare);
         samples[std::size_t(i)].insert(samples[std::size_t(i)].end(), t.samples_ms.begin(), t.samples_ms.end());
       }
       const auto v = tuner::name_winner(finalists, samples, study.strategy.tie_band);
@@ -513,25 +514,34 @@ class ExperimentRun {
     return req;
   }
 
-  // One launch of a loaded kernel on the problem's buffers. `args` (filled here) must outlive the
-  // returned function, and so must `config` and `problem`.
-  std::function<void(CUstream)> make_launch(const kernels::KernelFamily& family, const core::Config& config,
-                                            const core::Problem& problem, const kernels::LaunchShape& shape,
-                                            CUfunction fn, const ProblemData& data, PackedArgs& args) const {
+  // One launch of a loaded kernel on the problem's buffers, and the untimed work before it
+  // (KernelFamily::prepare; families that launch themselves only). `args` (filled here) must outlive the
+  // returned functions, and so must `config` and `problem`.
+  struct Launch {
+    std::function<void(CUstream)> run;
+    std::function<void(CUstream)> prepare;  ///< empty: nothing to do before a launch
+  };
+  Launch make_launch(const kernels::KernelFamily& family, const core::Config& config, const core::Problem& problem,
+                     const kernels::LaunchShape& shape, CUfunction fn, const ProblemData& data, PackedArgs& args) const {
     if (family.launches_itself()) {
       kernels::LaunchEnv env;
       env.function = fn;
       env.shape = shape;
       for (const auto& b : data.buffers) env.buffers.push_back(std::uint64_t(b.ptr()));
-      return [&family, env, &config, &problem](CUstream s) mutable {
-        env.stream = s;
-        family.launch(env, config, problem);
-      };
+      return {[&family, env, &config, &problem](CUstream s) mutable {
+                env.stream = s;
+                family.launch(env, config, problem);
+              },
+              [&family, env, &config, &problem](CUstream s) mutable {
+                env.stream = s;
+                family.prepare(env, config, problem);
+              }};
     }
     args = pack_args(family.arguments(config, problem), data);
-    return [fn, shape, &args](CUstream s) {
-      cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
-    };
+    return {[fn, shape, &args](CUstream s) {
+              cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
+            },
+            {}};
   }
 
   std::string describe(const core::TrialResult& r) const {
@@ -620,13 +630,14 @@ class ExperimentRun {
     r.device_bytes = data.device_bytes();
     CUstream stream = m_gpu->stream.get();
     PackedArgs args;
-    const std::function<void(CUstream)> launch = make_launch(family, config, problem, shape, fn, data, args);
+    const Launch launch = make_launch(family, config, problem, shape, fn, data, args);
 
     if (m_exp.validate.enabled) {
       for (std::size_t i = 0; i < data.specs.size(); ++i)
         if (data.specs[i].role == kernels::BufferRole::output)
           data.buffers[i].fill_u32(nan_pattern(data.specs[i].dtype), stream);
-      launch(stream);
+      if (launch.prepare) launch.prepare(stream);
+      launch.run(stream);
       watchdog(study).wait([&] { return m_gpu->stream.query(); }, 1, "the validation launch");
       core::Validation worst;
       std::size_t out = 0;
@@ -666,8 +677,8 @@ class ExperimentRun {
       }
     }
     const measure::Watchdog dog = watchdog(study);
-    r.timing = measure::measure(launch, m_gpu->stream, study.measure,
-                                study.measure.cold ? &m_gpu->flusher : nullptr, m_early_exit, &dog);
+    r.timing = measure::measure(launch.run, m_gpu->stream, study.measure,
+                                study.measure.cold ? &m_gpu->flusher : nullptr, m_early_exit, &dog, launch.prepare);
     const double seconds = r.timing->median_ms * 1e-3;
     r.gbps = family.bytes_moved(problem) / seconds * 1e-9;
     r.tflops = family.flops(problem) / seconds * 1e-12;

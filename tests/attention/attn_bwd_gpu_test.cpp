@@ -91,6 +91,7 @@ class Launcher {
       kernels::LaunchEnv env;
       env.stream = stream.get(), env.function = fn, env.shape = shape;
       for (const auto& b : bufs) env.buffers.push_back(std::uint64_t(b.ptr()));
+      f.prepare(env, c, p);  // attn_bwd_fused: zeroes its dQ accumulator (NaN until then)
       f.launch(env, c, p);
       finish(specs, bufs, stream, tensors);
       return;
@@ -152,6 +153,8 @@ const core::Config kDkdvSplit{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4
 const core::Config kDkdvWgmma{
     {{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"sink_split", 1}, {"mma", 90}}};
 const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
+// dK, dV and dQ in one pass (sm_90a, head dims 64 and 128): two warpgroups, dQ pieces of 64 columns.
+const core::Config kFused{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
 const core::Config kSink{{{"num_warps", 8}}};
@@ -196,7 +199,8 @@ TEST(AttnBwdGpu, WgmmaDkdvMatchesTheReferenceOnEveryVariant) {
   expect_all_pass(opts.db_path, 150);
 }
 
-// The planted boundary-mask bug in the wgmma dkdv kernel is caught too (mma 80 untouched passes).
+// The planted boundary-mask bug in the wgmma dkdv loop is caught, in attn_bwd_dkdv's mma 90 and in
+// attn_bwd_fused, which share it (mma 80 untouched passes).
 TEST(AttnBwdGpu, PlantedMaskBugInTheWgmmaDkdvKernelIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (flashtune::testing::gpu_arch() != "sm_90a")
@@ -215,13 +219,16 @@ studies:
   - family: attn_bwd_dkdv
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
     space: {mma: [80, 90], block_m: 64, block_n: 64, num_warps: 4, num_stages: 1, sink_split: 1}
+  - family: attn_bwd_fused
+    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
+    space: {block_m: 64, block_n: 64, num_warps: 4, num_stages: 1}
 )", "attn_bwd_sm90_planted.yaml");
   auto opts = quiet_options(dir.path / "p.sqlite", false);
   opts.templates = tdir;
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
-  EXPECT_EQ(count(store, "status = 'incorrect'"), 1);  // mma 90, planted
+  EXPECT_EQ(count(store, "status = 'incorrect'"), 2);  // mma 90 and the fused pass (the same loop), planted
 }
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
@@ -298,6 +305,9 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
                                           {core::DType::f32, {}, {}}};  // + the workspace
       std::vector<kernels::HostTensor> dq(kv.begin(), kv.begin() + 7);
       auto kv_split = kv, kv_wgmma = kv;
+      std::vector<kernels::HostTensor> fused{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
+                                             {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}}, {dt, {}, {}},
+                                             {core::DType::f32, {}, {}}};  // dq, dk, dv, the accumulator
       gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
       const bool split = s.window > 0 && s.sink_tokens > 0;  // sink tiles split over extra blocks
       if (split) gpu.run(fam("attn_bwd_dkdv"), kDkdvSplit, p, kv_split);
@@ -305,6 +315,8 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       const bool wgmma = !fam("attn_bwd_dkdv").can_run(kDkdvWgmma, p, gpu.info().limits);
       if (wgmma) gpu.run(fam("attn_bwd_dkdv"), kDkdvWgmma, p, kv_wgmma);
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
+      const bool one_pass = !fam("attn_bwd_fused").can_run(kFused, p, gpu.info().limits);
+      if (one_pass) gpu.run(fam("attn_bwd_fused"), kFused, p, fused);
       std::vector<double> dsinks;
       if (s.learned_sinks) {
         std::vector<kernels::HostTensor> ds{{core::DType::f32, sinks, {}}, {core::DType::f32, lse, {}},
@@ -335,6 +347,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       if (wgmma) {
         check("dk (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
         check("dv (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      }
+      if (one_pass) {
+        check("dq (fused)", fused[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check("dk (fused)", fused[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check("dv (fused)", fused[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
       }
       if (split) {
         check("dk (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);

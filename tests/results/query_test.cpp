@@ -199,3 +199,42 @@ TEST(QueryBackward, SumsTheStageWinnersAndSkipsIncompleteProblems) {
   EXPECT_EQ(none.status, 2);
   EXPECT_NE(none.out.find("has every backward stage measured"), std::string::npos) << none.out;
 }
+
+// attn_bwd_fused (dK, dV and dQ in one pass) stands in for attn_bwd_dkdv + attn_bwd_dq where it is faster,
+// or where the two were not run; the configs column names the stages summed.
+TEST(QueryBackward, TakesTheFusedPassWhereItIsFaster) {
+  Temp tmp{"query_backward_fused"};
+  const std::string db = (tmp.dir / "f.sqlite").string();
+  {
+    flashtune::db::Store store(db);
+    const auto run = begin_fixture_run(store, "fused_fixture");
+    auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
+      auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);
+      t.experiment_name = "fused_fixture";
+      store.record_trial(t);
+    };
+    auto faster = attn_problem(1024, 1), slower = attn_problem(2048, 1), alone = attn_problem(4096, 1);
+    for (auto* p : {&faster, &slower, &alone}) p->dims["learned_sinks"] = 0;
+    for (const auto& p : {faster, slower, alone}) rec("attn_bwd_preprocess", p, 128, 0.01);
+    for (const auto& p : {faster, slower}) {
+      rec("attn_bwd_dkdv", p, 64, 0.4);
+      rec("attn_bwd_dq", p, 64, 0.3);
+    }
+    rec("attn_bwd_fused", faster, 64, 0.5);
+    rec("attn_bwd_fused", slower, 64, 0.9);
+    rec("attn_bwd_fused", alone, 128, 0.6);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("query backward fused_fixture --format json --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (const auto& row : rows) {
+    const std::string problem = row.at("problem"), configs = row.at("configs");
+    const bool fused = problem.find("seq_q=2048") == std::string::npos;
+    const double expect = problem.find("seq_q=1024") != std::string::npos ? 0.51 : fused ? 0.61 : 0.71;
+    EXPECT_NEAR(row.at("bwd_ms").get<double>(), expect, 1e-4) << problem;
+    EXPECT_EQ(configs.find("fused: ") != std::string::npos, fused) << problem << ": " << configs;
+    EXPECT_EQ(configs.find("dkdv: ") != std::string::npos, !fused) << problem << ": " << configs;
+  }
+}

@@ -1,0 +1,162 @@
+// tests/attention/attn_bwd_fused_test.cpp: the attn_bwd_fused family (dK, dV and dQ in one pass, sm_90a
+// wgmma, dQ through fp32 atomics) on the CPU: its own stage, arguments that match the kernel signature, reasons
+// for what it cannot run, its shared memory, grid and workspace; and every config of its default space that
+// can_run admits compiles with NVRTC for sm_90a (without spills at head_dim 64). The GPU side is in
+// tests/attention/attn_bwd_gpu_test.cpp.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "harness/kernels/attn_bwd.hpp"
+#include "harness/kernels/family.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
+
+using namespace flashtune;
+
+namespace {
+
+const kernels::KernelFamily& fused() {
+  const auto* f = kernels::find_family("attn_bwd_fused");
+  if (!f) throw core::Error("attn_bwd_fused is not registered");
+  return *f;
+}
+
+core::Problem problem(std::map<std::string, std::int64_t> dims, core::DType d = core::DType::bf16) {
+  core::Problem p{std::move(dims), d};
+  for (const auto& o : fused().optional_problem_dims()) p.dims.try_emplace(o.name, o.fallback);
+  fused().complete_problem(p);
+  return p;
+}
+
+core::Config cfg(std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
+  return core::Config{{{"block_m", bm}, {"block_n", bn}, {"num_warps", warps}, {"num_stages", stages}}};
+}
+
+}  // namespace
+
+TEST(AttnBwdFused, IsItsOwnStageBesideDkdvAndDq) {
+  const auto& f = fused();
+  EXPECT_EQ(f.stage(), "backward_fused");
+  EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
+  EXPECT_TRUE(f.launches_itself());
+  std::set<std::string> stages;
+  for (const char* name : {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink", "attn_bwd_fused"})
+    stages.insert(kernels::find_family(name)->stage());
+  EXPECT_EQ(stages.size(), 5u);
+}
+
+TEST(AttnBwdFused, ArgumentsMatchTheKernelSignature) {
+  const auto& f = fused();
+  const std::string source = flashtune::testing::read_template("attn_bwd_sm90.cuh");
+  const auto p = problem({{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33}, {"seq_k", 70}, {"head_dim", 64}});
+  const auto c = cfg(64, 128, 8, 2);
+  const std::string expr = f.specialize(c, p).name_expression;
+  EXPECT_EQ(expr, "attn_bwd_fused_wgmma_kernel<ft_bf16, 64, 64, 2, 2, false, false>");
+  const auto params = flashtune::testing::kernel_parameters(source, "attn_bwd_fused_wgmma_kernel");
+  const auto args = f.arguments(c, p);
+  const auto buffers = f.buffers(p);
+  ASSERT_EQ(params.size(), args.size());
+  std::set<int> used;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& par = params[i];
+    if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
+      used.insert(b->index);
+      EXPECT_EQ(par.find("const") != std::string::npos, buffers[std::size_t(b->index)].role == kernels::BufferRole::input)
+          << "arg " << i << ": " << par;
+      EXPECT_EQ(par.find("float") != std::string::npos, buffers[std::size_t(b->index)].dtype == core::DType::f32)
+          << "arg " << i << ": " << par;
+    } else if (std::holds_alternative<std::int64_t>(args[i])) {
+      EXPECT_NE(par.find("long long"), std::string::npos) << "arg " << i << ": " << par;
+    } else if (std::holds_alternative<float>(args[i])) {
+      EXPECT_NE(par.find("float"), std::string::npos) << "arg " << i << ": " << par;
+    } else {
+      EXPECT_NE(par.find("int "), std::string::npos) << "arg " << i << ": " << par;
+    }
+  }
+  EXPECT_EQ(used.size(), buffers.size()) << "every buffer is passed";
+  // The outputs in order, then the accumulator; `convert` (0 for the main launch) right after sink_tokens.
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDq].name, "dq");
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDk].name, "dk");
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDv].name, "dv");
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].dtype, core::DType::f32);
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 33 * 64);
+  EXPECT_NE(params[16].find("convert"), std::string::npos) << params[16];
+  EXPECT_EQ(std::get<std::int32_t>(args[16]), 0);
+}
+
+TEST(AttnBwdFused, CanRunGivesReasonsAndTheShapeCoversTheKeys) {
+  const auto& f = fused();
+  const auto sm80 = core::DeviceLimits::for_arch("sm_80"), sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 3}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 1000}, {"seq_k", 300}, {"head_dim", 128}});
+  const auto ok = cfg(64, 128, 8, 2);
+  EXPECT_EQ(f.can_run(ok, p, sm90), std::nullopt);
+  EXPECT_NE(f.can_run(ok, p, sm80).value_or("").find("needs sm_90a"), std::string::npos);
+  EXPECT_NE(f.can_run(cfg(64, 64, 8, 1), p, sm90).value_or("").find("64 keys per warpgroup"), std::string::npos);
+  EXPECT_NE(f.can_run(cfg(32, 64, 4, 1), p, sm90).value_or("").find("block_m must be 64 or 128"), std::string::npos);
+  EXPECT_NE(f.can_run(cfg(64, 64, 4, 5), p, sm90).value_or("").find("num_stages"), std::string::npos);
+  // head_dim 128 with 128-row items: S^T, dP^T and a 128-column dQ piece beside dK, dV do not fit.
+  EXPECT_NE(f.can_run(cfg(128, 128, 8, 1), p, sm90).value_or("").find("registers"), std::string::npos);
+  const auto p32 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 32}});
+  EXPECT_NE(f.can_run(cfg(64, 64, 4, 1), p32, sm90).value_or("").find("multiple of 64"), std::string::npos);
+  const auto s = f.launch_shape(ok, p, sm90);
+  EXPECT_EQ(s.grid[0], 3u);  // 300 keys in tiles of 128
+  EXPECT_EQ(s.grid[1], 2u);
+  EXPECT_EQ(s.grid[2], 3u);
+  EXPECT_EQ(s.threads_per_block(), 256);
+  // K, V (2 x 128 x 128 x 2 B), dS^T (128 x 64 x 2 B), two stages of Q, dO + LSE, D rounded to 1 KiB, align.
+  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 16384 + 2 * 33792 + 1024));
+  // The backward's FLOPs: 10 head_dim per visible pair and query head, all pairs without a mask.
+  EXPECT_DOUBLE_EQ(f.flops(p), 10.0 * 128 * 3 * 8 * 1000 * 300);
+  EXPECT_NE(f.check_problem(problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}}, core::DType::f32))
+                .value_or(""),
+            "");
+}
+
+// Every default config can_run admits, in the heaviest mask variant (causal, window, sink tokens) and plain,
+// bf16, and one config in fp16, compiles for sm_90a. Head dim 64: no spills. Head dim 128 (one config shape
+// fits: 64-row items, two warpgroups): dK, dV (128 registers) beside S^T, dP^T and a 64-column dQ piece sit at
+// the 255-register cap and ptxas spills a few words (4 to 20 bytes seen with NVRTC 13.0); more than 32 bytes
+// would mean the kernel grew.
+TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
+  const auto& f = fused();
+  const auto dev = core::DeviceLimits::for_arch("sm_90a");
+  std::vector<std::string> inst[2];  // head dim 64, 128
+  auto add = [&](const core::Config& c, const core::Problem& p) {
+    if (f.can_run(c, p, dev)) return;
+    const std::string n = f.specialize(c, p).name_expression;
+    const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
+    inst[p.at("head_dim") == 128].push_back(
+        "template __global__ void " + n + "(const " + t + "*, const " + t + "*, const " + t + "*, const " + t +
+        "*, const float*, const float*, " + t + "*, " + t + "*, " + t +
+        "*, float*, int, int, int, int, int, int, int, float, long long, long long, long long, long long, long long, "
+        "long long);");
+  };
+  for (std::int64_t hd : {64, 128})
+    for (bool masks : {false, true}) {
+      std::map<std::string, std::int64_t> dims{{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", hd}};
+      if (masks) dims["causal"] = 1, dims["window"] = 16, dims["sink_tokens"] = 4;
+      const auto p = problem(dims);
+      for (std::int64_t bm : {64, 128})
+        for (std::int64_t warps : {4, 8})
+          for (std::int64_t stages : {1, 2}) add(cfg(bm, 16 * warps, warps, stages), p);
+    }
+  add(cfg(64, 128, 8, 2), problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}}, core::DType::f16));
+  ASSERT_EQ(inst[0].size(), 16u);
+  ASSERT_EQ(inst[1].size(), 5u);
+  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  const auto d64 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst[0], "sm_90a");
+  ASSERT_TRUE(d64.record.ok) << d64.record.log.substr(0, 4000);
+  EXPECT_EQ(d64.entries, int(inst[0].size()));
+  EXPECT_EQ(d64.spilling, 0) << d64.record.log;
+  const auto d128 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst[1], "sm_90a");
+  ASSERT_TRUE(d128.record.ok) << d128.record.log.substr(0, 4000);
+  EXPECT_EQ(d128.entries, int(inst[1].size()));
+  static const std::regex spill(R"(([0-9]+) bytes spill stores)");
+  int most = 0;
+  for (auto it = std::sregex_iterator(d128.record.log.begin(), d128.record.log.end(), spill); it != std::sregex_iterator(); ++it)
+    most = std::max(most, std::stoi((*it)[1]));
+  EXPECT_LE(most, 32) << d128.record.log;
+  EXPECT_LE(std::max(d64.max_registers, d128.max_registers), 255);
+}
