@@ -104,26 +104,24 @@ std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, st
   return c;
 }
 
-// Kernel arguments as the driver wants them: pointers to 8-byte slots holding each value (the families
-// that launch themselves).
-void pack(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
-          std::vector<void*>& pointers) {
-  slots.assign(args.size(), 0);
-  pointers.clear();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::visit(
-        [&](const auto& v) {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, BufferArg>) {
-            slots[i] = env.buffers.at(std::size_t(v.index));
-          } else {
-            static_assert(sizeof(V) <= sizeof(std::uint64_t));
-            std::memcpy(&slots[i], &v, sizeof v);
-          }
-        },
-        args[i]);
-    pointers.push_back(&slots[i]);
-  }
+// What keeps a config from the wgmma backward loop (attn_bwd_sm90.cuh: attn_bwd_dkdv's mma 90 and
+// attn_bwd_fused) on device d, given its shared memory and register estimate; nullopt when it can run.
+std::optional<std::string> wgmma_shape_problem(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d,
+                                               std::int64_t smem, std::int64_t regs) {
+  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
+  const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+  if (d.arch != "sm_90a") return "wgmma needs sm_90a, not " + d.arch;
+  if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
+    return "block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ", a multiple of 4)";
+  if (bm != 64 && bm != 128) return "block_m must be 64 or 128";
+  if (hd % 64 != 0) return "head_dim must be a multiple of 64 (128-byte swizzled rows)";
+  if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
+  if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";
+  if (smem > d.max_shared_per_block_optin)
+    return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
+  if (regs > d.max_regs_per_thread)
+    return "about " + n(regs) + " registers per thread needed (limit " + n(d.max_regs_per_thread) + ")";
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -435,22 +433,8 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   bool launches_itself() const override { return true; }
   // The wgmma kernel: a warpgroup per 64 keys (block_n = 16 num_warps), sm_90a only.
   std::optional<std::string> wgmma_can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
-    if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
-    if (warps % 4 != 0 || bn != 16 * warps)
-      return "mma 90: block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ")";
-    if (bm != 64 && bm != 128) return "mma 90: block_m must be 64 or 128";
-    if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
-    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     if (active_split(c, p) != 1) return "mma 90 has no sink-token split: sink_split must be 1";
-    if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";
-    const std::int64_t smem = smem_bytes(c, p);
-    if (smem > d.max_shared_per_block_optin)
-      return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
-    const std::int64_t regs = registers(c, p);
-    if (regs > d.max_regs_per_thread)
-      return "about " + n(regs) + " registers per thread needed (limit " + n(d.max_regs_per_thread) + ")";
+    if (auto why = wgmma_shape_problem(c, p, d, smem_bytes(c, p), registers(c, p))) return "mma 90: " + *why;
     return std::nullopt;
   }
   // The main launch, then (split sink tiles only) the reduction of their partials: the same kernel with
@@ -461,7 +445,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     auto args = arguments(c, p);
     std::vector<std::uint64_t> slots;
     std::vector<void*> pointers;
-    pack(args, env, slots, pointers);
+    pack_launch_args(args, env, slots, pointers);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
                  stream, pointers.data());
@@ -614,21 +598,7 @@ class AttnBwdFused final : public AttnBwdGrad {
     return {"block_n == 16 * num_warps", "num_warps % 4 == 0", "block_m == 64 || block_m == 128", "head_dim % 64 == 0"};
   }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
-    if (d.arch != "sm_90a") return "attn_bwd_fused runs on wgmma: needs sm_90a, not " + d.arch;
-    if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
-      return "block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ", a multiple of 4)";
-    if (bm != 64 && bm != 128) return "block_m must be 64 or 128";
-    if (hd % 64 != 0) return "head_dim must be a multiple of 64 (128-byte swizzled rows)";
-    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
-    if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";
-    const std::int64_t smem = smem_bytes(c, p);
-    if (smem > d.max_shared_per_block_optin)
-      return "shared memory " + n(smem) + " B > " + n(d.max_shared_per_block_optin) + " B";
-    const std::int64_t regs = registers(c, p);
-    if (regs > d.max_regs_per_thread)
-      return "about " + n(regs) + " registers per thread needed (limit " + n(d.max_regs_per_thread) + ")";
+    if (auto why = wgmma_shape_problem(c, p, d, smem_bytes(c, p), registers(c, p))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
@@ -654,7 +624,7 @@ class AttnBwdFused final : public AttnBwdGrad {
       throw core::Error("attn_bwd_fused.launch: expects " + n(kFusedAcc + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
     std::vector<std::uint64_t> slots;
     std::vector<void*> pointers;
-    pack(arguments(c, p), env, slots, pointers);
+    pack_launch_args(arguments(c, p), env, slots, pointers);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
                  stream, pointers.data());
@@ -692,7 +662,7 @@ class AttnBwdFused final : public AttnBwdGrad {
   // split columns, split = warpgroups per query row block (at most head_dim / 64).
   std::int64_t registers(const core::Config& c, const core::Problem& p) const override {
     const std::int64_t hd = p.at("head_dim"), bm = c.at("block_m"), wg = c.at("num_warps") / 4;
-    const std::int64_t split = std::clamp<std::int64_t>(wg / (bm / 64), 1, hd / 64);
+    const std::int64_t split = std::clamp<std::int64_t>(wg / std::max<std::int64_t>(bm / 64, 1), 1, std::max<std::int64_t>(hd / 64, 1));
     return hd + bm / 2 + std::max(bm / 2, hd / split / 2) + bm / 4 + 28;
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {

@@ -121,7 +121,7 @@ class AttnNaive final : public attn::AttentionFamily {
 
     std::vector<std::uint64_t> slots;
     std::vector<void*> pointers;
-    pack(arguments(c, p), env, slots, pointers);
+    pack_launch_args(arguments(c, p), env, slots, pointers);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
                  stream, pointers.data());
 
@@ -160,26 +160,6 @@ class AttnNaive final : public attn::AttentionFamily {
  private:
   static std::int64_t rows(const core::Problem& p) { return p.at("batch") * p.at("heads_q") * p.at("seq_q"); }
 
-  // Kernel arguments as the driver wants them: pointers to 8-byte slots holding each value.
-  static void pack(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
-                   std::vector<void*>& pointers) {
-    slots.assign(args.size(), 0);
-    pointers.clear();
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      std::visit(
-          [&](const auto& v) {
-            using V = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<V, BufferArg>) {
-              slots[i] = env.buffers.at(std::size_t(v.index));
-            } else {
-              static_assert(sizeof(V) <= sizeof(std::uint64_t));
-              std::memcpy(&slots[i], &v, sizeof v);
-            }
-          },
-          args[i]);
-      pointers.push_back(&slots[i]);
-    }
-  }
 };
 
 }  // namespace

@@ -142,6 +142,11 @@ class KernelFamily {
   virtual double default_atol(const core::Problem& p) const = 0;
 };
 
+/// Kernel arguments as the driver takes them, for a family that launches itself: `slots` (8 bytes per
+/// argument) hold the values (a BufferArg becomes its env.buffers address), `pointers` point at the slots.
+void pack_launch_args(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
+                      std::vector<void*>& pointers);
+
 /// Every family built into flashtune, in a stable order.
 const std::vector<std::unique_ptr<KernelFamily>>& all_families();
 /// nullptr when there is no family of that name.

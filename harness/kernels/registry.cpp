@@ -1,4 +1,9 @@
-// harness/kernels/registry.cpp: the list of built-in kernel families and lookup by name.
+// harness/kernels/registry.cpp: the list of built-in kernel families and lookup by name; the defaults of
+// KernelFamily's optional hooks and the argument packing of families that launch themselves.
+#include <cstring>
+#include <type_traits>
+#include <variant>
+
 #include "harness/kernels/builtin.hpp"
 
 namespace flashtune::kernels {
@@ -26,6 +31,26 @@ void KernelFamily::launch(const LaunchEnv&, const core::Config&, const core::Pro
 }
 
 void KernelFamily::prepare(const LaunchEnv&, const core::Config&, const core::Problem&) const {}
+
+void pack_launch_args(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
+                      std::vector<void*>& pointers) {
+  slots.assign(args.size(), 0);
+  pointers.clear();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, BufferArg>) {
+            slots[i] = env.buffers.at(std::size_t(v.index));
+          } else {
+            static_assert(sizeof(V) <= sizeof(std::uint64_t));
+            std::memcpy(&slots[i], &v, sizeof v);
+          }
+        },
+        args[i]);
+    pointers.push_back(&slots[i]);
+  }
+}
 
 const KernelFamily* find_family(const std::string& name) {
   for (const auto& f : all_families())
