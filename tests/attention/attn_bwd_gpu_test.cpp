@@ -48,6 +48,16 @@ void expect_all_pass(const fs::path& db, std::int64_t min_ok) {
   EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
 }
 
+// Runs experiments/tests/<file> on the GPU into a fresh database: every trial ok, at least min_ok of them.
+void expect_variants_file_passes(const std::string& file, std::int64_t min_ok) {
+  TempDir dir;
+  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests" / file);
+  auto opts = quiet_options(dir.path / "v.sqlite", false);
+  const auto s = runner::run_experiment(exp, opts);
+  ASSERT_FALSE(s.compile_only) << file;
+  expect_all_pass(opts.db_path, min_ok);
+}
+
 std::uint32_t nan_pattern(core::DType d) {
   return d == core::DType::f32 ? 0x7FC00000u : d == core::DType::f16 ? 0x7E007E00u : 0x7FC07FC0u;
 }
@@ -177,26 +187,16 @@ std::vector<kernels::HostTensor> draw(const kernels::KernelFamily& f, const core
 
 TEST(AttnBwdGpu, EveryStageAndVariantMatchesTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
-  TempDir dir;
-  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_bwd_variants.yaml");
-  auto opts = quiet_options(dir.path / "b.sqlite", false);
-  const auto s = runner::run_experiment(exp, opts);
-  ASSERT_FALSE(s.compile_only);
-  expect_all_pass(opts.db_path, 300);
+  expect_variants_file_passes("attn_bwd_variants.yaml", 300);
 }
 
-// attn_bwd_dkdv's Hopper kernel (mma 90, wgmma): every variant, dtype and head dim 64 / 128 against the
-// reference. Needs an sm_90 GPU (wgmma exists nowhere else).
-TEST(AttnBwdGpu, WgmmaDkdvMatchesTheReferenceOnEveryVariant) {
+// The Hopper kernels (wgmma): attn_bwd_dkdv's mma 90 and attn_bwd_fused, every variant, dtype and head dim
+// 64 / 128 against the reference. Needs an sm_90 GPU (wgmma exists nowhere else).
+TEST(AttnBwdGpu, WgmmaKernelsMatchTheReferenceOnEveryVariant) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (flashtune::testing::gpu_arch() != "sm_90a")
     GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << flashtune::testing::gpu_arch();
-  TempDir dir;
-  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_bwd_sm90_variants.yaml");
-  auto opts = quiet_options(dir.path / "w.sqlite", false);
-  const auto s = runner::run_experiment(exp, opts);
-  ASSERT_FALSE(s.compile_only);
-  expect_all_pass(opts.db_path, 150);
+  expect_variants_file_passes("attn_bwd_sm90_variants.yaml", 150);
 }
 
 // The planted boundary-mask bug in the wgmma dkdv loop is caught, in attn_bwd_dkdv's mma 90 and in

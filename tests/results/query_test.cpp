@@ -146,6 +146,18 @@ TEST(QueryConvergence, NamesTheStrategyOfACompileOnlyRunFromItsExperiment) {
   }
 }
 
+namespace {
+
+// One ok trial of a backward fixture: config block_m bm, block_n 64, 4 warps; tflops = 1 / ms (1e9 FLOP).
+void record_stage(flashtune::db::Store& store, std::int64_t run, const std::string& experiment, const std::string& family,
+                  const flashtune::core::Problem& p, std::int64_t bm, double ms) {
+  auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);
+  t.experiment_name = experiment;
+  store.record_trial(t);
+}
+
+}  // namespace
+
 // The backward's end-to-end score: per problem, the sum of the stage winners, the forward beside it, and
 // TFLOP/s from the forward's FLOPs (2.5x for the backward, 3.5x for both). A problem missing a stage (the
 // sink gradient, with learned sinks) has no score.
@@ -156,9 +168,7 @@ TEST(QueryBackward, SumsTheStageWinnersAndSkipsIncompleteProblems) {
     flashtune::db::Store store(db);
     const auto run = begin_fixture_run(store, "bwd_fixture");
     auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
-      auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);  // tflops = 1 / ms: 1e9 FLOP
-      t.experiment_name = "bwd_fixture";
-      store.record_trial(t);
+      record_stage(store, run, "bwd_fixture", family, p, bm, ms);
     };
     auto plain = attn_problem(2048, 1);
     plain.dims["learned_sinks"] = 0;
@@ -209,9 +219,7 @@ TEST(QueryBackward, TakesTheFusedPassWhereItIsFaster) {
     flashtune::db::Store store(db);
     const auto run = begin_fixture_run(store, "fused_fixture");
     auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
-      auto t = make_trial(run, family, p, attn_config(bm, 64, 4), TrialStatus::ok, ms);
-      t.experiment_name = "fused_fixture";
-      store.record_trial(t);
+      record_stage(store, run, "fused_fixture", family, p, bm, ms);
     };
     auto faster = attn_problem(1024, 1), slower = attn_problem(2048, 1), alone = attn_problem(4096, 1);
     for (auto* p : {&faster, &slower, &alone}) p->dims["learned_sinks"] = 0;
