@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -210,7 +212,18 @@ Store::Store(const std::filesystem::path& path) : m_path(path), m_impl(std::make
                                    nullptr));
   FT_CHECK_SQL(db, sqlite3_extended_result_codes(db, 1));
   FT_CHECK_SQL(db, sqlite3_busy_timeout(db, kBusyTimeoutMs));
-  detail::exec(db, "PRAGMA journal_mode = WAL");  // stays DELETE where WAL is impossible (NFS, :memory:)
+  // Stays DELETE where WAL is impossible (NFS, :memory:). Two processes opening a new database at once
+  // (`run --devices`' workers) can get SQLITE_BUSY here without the busy handler being consulted (SQLite
+  // does not wait on some locks of the journal-mode switch), so the switch is retried within the timeout.
+  for (int waited_ms = 0;; waited_ms += 10) {
+    try {
+      detail::exec(db, "PRAGMA journal_mode = WAL");
+      break;
+    } catch (const StoreError& e) {
+      if ((e.code() & 0xff) != SQLITE_BUSY || waited_ms >= kBusyTimeoutMs) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   detail::exec(db, "PRAGMA synchronous = NORMAL");
   detail::exec(db, "PRAGMA foreign_keys = ON");
   m_impl->migrate(path);
