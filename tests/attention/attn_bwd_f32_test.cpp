@@ -146,6 +146,38 @@ TEST(AttnBwdF32Host, CanRunGivesReasons) {
       }
 }
 
+// The runner's data path on the CPU for f32 (exact and TF32): the same-precision reference (fp32; for TF32 on
+// operands rounded to tf32) passes the pass rule, a perturbed output fails, outputs dwarf the tolerance.
+TEST(AttnBwdF32Reference, SamePrecisionPassesAndAPerturbedOutputFails) {
+  for (const char* name : {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"})
+    for (std::int64_t tf32 : {0, 1})
+      for (int variant = 0; variant < 3; ++variant) {
+        const auto& f = fam(name);
+        std::map<std::string, std::int64_t> dims{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 37},
+                                                 {"seq_k", 45}, {"head_dim", 16}, {"learned_sinks", 1}, {"tf32", tf32}};
+        if (variant == 1) dims["causal"] = 1, dims["window"] = 8, dims["sink_tokens"] = 3;
+        if (variant == 2) dims["sink_bias"] = 20, dims["heads_kv"] = 1;
+        const auto p = problem(f, dims);
+        std::vector<kernels::HostTensor> in, ref64, naive;
+        flashtune::testing::make_tensors(f, p, 5 + variant, in, ref64);
+        naive = ref64;
+        f.reference(p, in, ref64, kernels::RefPrecision::f64);
+        f.reference(p, in, naive, kernels::RefPrecision::same);
+        for (std::size_t o = 0; o < ref64.size(); ++o) {
+          const std::string what = std::string(name) + " " + p.key() + " output " + std::to_string(o);
+          const double atol = f.default_atol(p);
+          const auto ok = reference::compare(naive[o].values, ref64[o].values, naive[o].values, atol, ref64[o].checked);
+          EXPECT_TRUE(ok.passed) << what;
+          double biggest = 0;
+          for (double v : ref64[o].values) biggest = std::max(biggest, std::abs(v));
+          EXPECT_GT(biggest, 10 * atol) << what << ": outputs too small to check anything";
+          auto bad = naive[o].values;
+          bad[bad.size() / 2] += 3 * ok.tolerance + 1e-6;
+          EXPECT_FALSE(reference::compare(bad, ref64[o].values, naive[o].values, atol).passed) << what;
+        }
+      }
+}
+
 // ------------------------------------------------------------------------------------------------
 // NVRTC: every mask variant (one config; head dim 64, and every head dim with all switches on), and per
 // (stage, FFMA / TF32, head dim) the admitted config of the default space with the most estimated
