@@ -1,9 +1,8 @@
-// kernel_templates/attn_bwd_f32.cuh: the fp32 kernels of the attn_bwd_dkdv and attn_bwd_dq families
-// (attn_bwd.cuh has the fp16 / bf16 ones; same arguments, grids and semantics). Two variants, as the fp32
-// forward (attn_fwd_f32.cuh): kTf32 = false, exact fp32 FFMA from shared memory; kTf32 = true, TF32 tensor
-// cores (mma.sync m16n8k8, operands rounded with cvt.rna.tf32.f32, fp32 accumulation). Tiles sit in shared
-// memory as fp32 rows padded to head_dim + 4 floats, loaded with cp.async (ft_attn_f32::load_rows_async).
-// Only attn_fwd_f32.cuh is included, so tests/kernels/attn_fwd_f32_emulation.hpp can run these on the CPU.
+// kernel_templates/attn_bwd_f32.cuh: the fp32 kernels of attn_bwd_dkdv and attn_bwd_dq (attn_bwd.cuh has the
+// fp16 / bf16 ones; same arguments, grids and semantics). As the fp32 forward: kTf32 = false, exact FFMA from
+// shared memory; true, TF32 tensor cores (mma.sync m16n8k8, cvt.rna.tf32 operands, fp32 accumulation). Rows
+// padded to head_dim + 4 floats, loaded by cp.async. Only attn_fwd_f32.cuh is included, so
+// tests/kernels/attn_fwd_f32_emulation.hpp can run these kernels on the CPU.
 #pragma once
 
 #include "attn_fwd_f32.cuh"

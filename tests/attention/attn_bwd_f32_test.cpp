@@ -1,9 +1,8 @@
-// tests/attention/attn_bwd_f32_test.cpp (label cpu): the fp32 backward stages (exact FFMA and TF32;
-// kernel_templates/attn_bwd_f32.cuh) without a GPU. The families accept f32 and give reasons for what the
-// fp32 kernels do not run; the name expressions and shared memory match the kernels; every mask variant and
-// head dim compiles with NVRTC for sm_80 and sm_90a, and the heaviest configs of the default spaces that
-// can_run admits compile without spills; and the dkdv and dq kernels run on the CPU
-// (tests/kernels/attn_fwd_f32_emulation.hpp) on ragged shapes of every variant and pass the pass rule.
+// tests/attention/attn_bwd_f32_test.cpp (labels cpu, slow): the fp32 backward stages (exact FFMA and TF32,
+// attn_bwd_f32.cuh) without a GPU: f32 accepted, reasons for what does not run, name expressions and shared
+// memory; NVRTC for sm_80 and sm_90a (every mask variant, the heaviest admitted configs, no spills); and the
+// dkdv and dq kernels run on the CPU emulator (tests/kernels/attn_fwd_f32_emulation.hpp) on ragged shapes of
+// every variant, passing the pass rule against the double reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
