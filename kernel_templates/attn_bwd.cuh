@@ -7,9 +7,10 @@
 //   dq          one block per (block_m queries, query head, batch): loops over the key tiles the rows see
 //   dsink       d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi, one block per head, fixed order (deterministic)
 // fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async pipelines of kStages tiles) with fp32
-// accumulation; dQ, dK and dV are written in the problem dtype. The building blocks (PTX wrappers,
-// FtSwizzle, ft_load_tile, FtMma) and the mask / tile-skipping rules are the forward's (attn_fwd.cuh,
-// attn_common.cuh). dO shares Q's strides; dK and dV share K's; LSE and D are (batch, heads_q, seq_q) fp32.
+// accumulation; dQ, dK and dV are written in the problem dtype (fp32, exact and TF32: attn_bwd_f32.cuh).
+// The building blocks (PTX wrappers, FtSwizzle, ft_load_tile, FtMma) and the mask / tile-skipping rules are
+// the forward's (attn_fwd.cuh, attn_common.cuh). dO shares Q's strides; dK and dV share K's; LSE and D
+// are (batch, heads_q, seq_q) fp32.
 #pragma once
 
 #include "attn_fwd.cuh"
@@ -147,14 +148,14 @@ struct FtAttnQueryRange {
 };
 
 // ---------------------------------------------------------------------------------------------
-// D = rowsum(dO * O) in fp32: one block per (block_m rows, query head, batch); kHeadDim / 8 lanes per row,
-// each reading 16 bytes of O and dO.
+// D = rowsum(dO * O) in fp32: one block per (block_m rows, query head, batch); kHeadDim / kVec lanes per
+// row, each reading 16 bytes (kVec = 8 fp16 / bf16 or 4 fp32 elements) of O and dO.
 template <typename T, int kHeadDim, int kBlockM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
     attn_bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
                                int heads_q, int seq_q, long long q_sb, long long q_sh, long long q_ss) {
-  enum : int { kLanes = kHeadDim / 8, kRowsPerPass = 32 / kLanes };
-  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / 8 lanes per row");
+  enum : int { kVec = 16 / sizeof(T), kLanes = kHeadDim / kVec, kRowsPerPass = 32 / kLanes };
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / kVec lanes per row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * kBlockM;
   const long long head = b * q_sb + h * q_sh;
@@ -163,10 +164,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const bool in = base + lane / kLanes < kBlockM && row < seq_q;
     float sum = 0.f;
     if (in) {
-      const long long off = head + row * q_ss + (lane % kLanes) * 8;
-      const FtVec<T, 8> a = load_vec<T, 8>(o + off), d = load_vec<T, 8>(dout + off);
+      const long long off = head + row * q_ss + (lane % kLanes) * kVec;
+      const FtVec<T, kVec> a = load_vec<T, kVec>(o + off), d = load_vec<T, kVec>(dout + off);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sum = fmaf(to_float(a.v[e]), to_float(d.v[e]), sum);
+      for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(a.v[e]), to_float(d.v[e]), sum);
     }
     sum = warp_sum<kLanes>(sum);
     if (in && lane % kLanes == 0) delta[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = sum;
@@ -500,4 +501,5 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
 }
 
+#include "attn_bwd_f32.cuh"   // fp32: exact FFMA and TF32 dkdv / dq
 #include "attn_bwd_sm90.cuh"  // attn_bwd_dkdv on Hopper warpgroup MMA (mma = 90), attn_bwd_fused

@@ -1,8 +1,8 @@
 // harness/kernels/attn_bwd.cpp: the attention backward families (kernel_templates/attn_bwd.cuh), one per
 // stage so that each is tuned on its own: attn_bwd_preprocess (D = rowsum(dO * O)), attn_bwd_dkdv,
 // attn_bwd_dq and attn_bwd_dsink (the learned-sink gradient); attn_bwd_fused does dkdv and dq in one pass
-// (sm_90a). fp16 / bf16 on tensor cores; every mask variant of the forward (causal, GQA / MQA, window, sink
-// tokens; learned sinks enter through LSE and dsink).
+// (sm_90a). fp16 / bf16 on tensor cores, fp32 exact or TF32 (attn_bwd_f32.hpp); every mask variant of the
+// forward (causal, GQA / MQA, window, sink tokens; learned sinks enter through LSE and dsink).
 // attn_bwd_dkdv launches itself: with sink_split > 1 a second launch adds the split sink tiles' partials;
 // its tunable mma picks mma.sync (80, every GPU since sm_80) or Hopper wgmma (90, sm_90a, attn_bwd_sm90.cuh).
 #include <algorithm>
@@ -16,6 +16,7 @@
 
 #include "harness/kernels/attention.hpp"
 #include "harness/kernels/attn_bwd.hpp"
+#include "harness/kernels/attn_bwd_f32.hpp"
 #include "harness/kernels/builtin.hpp"
 #include "reference/attention_bwd.hpp"
 #include "reference/dtype.hpp"
@@ -27,12 +28,14 @@ using namespace attn_bwd;
 
 const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 std::string n(std::int64_t v) { return std::to_string(v); }
-std::string type_arg(const core::Problem& p) { return p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16"; }
+std::string type_arg(const core::Problem& p) {
+  return p.dtype == core::DType::f32 ? "float" : p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
+}
 // The config's tensor-core generation (attn_bwd_dkdv); 80 when the config predates the tunable.
 std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
 
-// What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16 /
-// bf16 only, head dims 16..128, byte counts from the buffers.
+// What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16,
+// bf16 and fp32 (tf32 = 1: TF32 tensor cores), head dims 16..128, byte counts from the buffers.
 //
 // Inputs that come from earlier stages are drawn at random, in ranges a real backward sees:
 //   LSE in [L, L + 0.5], L = log(seq_k) (Q, K in [-1, 1] give |S| ~ 1/3, so rows of P sum to about 1), and
@@ -44,10 +47,8 @@ std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
 // feeds the real forward's O and LSE.
 class AttnBwdBase : public attn::AttentionFamily {
  public:
-  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16}; }
   std::optional<std::string> check_problem(const core::Problem& p) const override {
     if (auto why = AttentionFamily::check_problem(p)) return why;
-    if (p.dtype == core::DType::f32) return name() + " supports f16 and bf16 only";
     if (p.get("qk_range", 1) != 1)
       return name() + " draws LSE for qk_range 1 only (large logits are tested end to end, with the real forward's LSE)";
     return std::nullopt;
@@ -111,6 +112,7 @@ std::optional<std::string> wgmma_shape_problem(const core::Config& c, const core
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
   const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
   if (d.arch != "sm_90a") return "wgmma needs sm_90a, not " + d.arch;
+  if (p.dtype == core::DType::f32) return "wgmma kernels take fp16 / bf16 only, not fp32 (use mma 80: exact or tf32)";
   if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
     return "block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ", a multiple of 4)";
   if (bm != 64 && bm != 128) return "block_m must be 64 or 128";
@@ -296,12 +298,14 @@ class AttnBwdGrad : public AttnBwdBase {
     return a;
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return {attn_bwd_f32::name_expression(f32_stage(), c, p), {}};
     return {kernel() + "<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
                 n(c.at("block_n")) + ", " + n(c.at("num_warps")) + ", " + n(c.at("num_stages")) + ", " +
                 bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ">",
             {}};
   }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+    if (p.dtype == core::DType::f32) return attn_bwd_f32::can_run(f32_stage(), c, p, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
     const std::int64_t own = warp_rows(c);  // rows of the warp's MMA tiles
     if (own % (16 * warps) != 0 || own / (16 * warps) > 2 || own / (16 * warps) < 1)
@@ -329,8 +333,13 @@ class AttnBwdGrad : public AttnBwdBase {
     return s;
   }
   /// Element-wise tolerance on top of twice the naive fp32 error: the kernel rounds P and dS to the input
-  /// dtype before their products (as FlashAttention does), the naive reference keeps them in fp32.
-  double default_atol(const core::Problem& p) const override { return p.dtype == core::DType::f16 ? 5e-4 : 4e-3; }
+  /// dtype before their products (as FlashAttention does), the naive reference keeps them in fp32. TF32
+  /// rounds P and dS to a 10-bit mantissa as fp16 does (the naive reference sees Q, K, V, dO rounded to
+  /// tf32 too); exact fp32 differs from the naive fp32 by summation order and exp2 (a few ulps).
+  double default_atol(const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return p.get("tf32", 0) ? 1e-3 : 2e-5;
+    return p.dtype == core::DType::f16 ? 5e-4 : 4e-3;
+  }
 
   /// The reference of one stage: the naive double (or fp32) backward, given an O whose rowsum(dO * O)
   /// is the D input; sampled rows when the problem is large.
@@ -339,7 +348,16 @@ class AttnBwdGrad : public AttnBwdBase {
     if (in.size() != 6 || out.size() != outputs(p).size())
       throw core::Error(name() + ".reference: expects q, k, v, dout, lse, delta -> gradients");
     const auto s = attn::shape_of(p);
-    const auto o = o_for_delta(p, in[kDout].values, in[kDelta].values);
+    // TF32: the same-precision reference multiplies the operands the tensor cores see, rounded to tf32.
+    const bool tf32 = precision == RefPrecision::same && p.get("tf32", 0);
+    auto operand = [&](int i) {
+      std::vector<double> x = in[std::size_t(i)].values;
+      if (tf32)
+        for (double& e : x) e = reference::round_tf32(e);
+      return x;
+    };
+    const auto q = operand(kQ), k = operand(kK), v = operand(kV), dout = operand(kDout);
+    const auto o = o_for_delta(p, dout, in[kDelta].values);
     std::vector<std::int64_t> q_rows, k_rows;
     rows_to_check(p, q_rows, k_rows);
     reference::AttnGrads g;
@@ -347,11 +365,9 @@ class AttnBwdGrad : public AttnBwdBase {
     reference::AttnShape s2 = s;
     s2.learned_sinks = false;  // the sink enters through LSE; its gradient is attn_bwd_dsink's
     if (precision == RefPrecision::f64)
-      reference::attention_backward_naive_rows<double>(s2, in[kQ].values, in[kK].values, in[kV].values, no_sinks, o,
-                                                       in[kLse].values, in[kDout].values, q_rows, k_rows, g);
+      reference::attention_backward_naive_rows<double>(s2, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
     else
-      reference::attention_backward_naive_rows<float>(s2, in[kQ].values, in[kK].values, in[kV].values, no_sinks, o,
-                                                      in[kLse].values, in[kDout].values, q_rows, k_rows, g);
+      reference::attention_backward_naive_rows<float>(s2, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
     take(g, out, q_rows, k_rows, p);
     if (precision == RefPrecision::same)
       for (auto& t : out) reference::round_all(t.dtype, t.values);
@@ -359,6 +375,7 @@ class AttnBwdGrad : public AttnBwdBase {
 
  protected:
   virtual void add_workspace(const core::Problem&, std::vector<BufferSpec>&) const {}
+  virtual attn_bwd_f32::Stage f32_stage() const = 0;
   virtual std::string kernel() const = 0;
   virtual const char* owned() const = 0;
   virtual std::int64_t warp_rows(const core::Config& c) const = 0;
@@ -413,12 +430,14 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     if (s < 1 || s > kMaxSinkSplit) return "sink_split must be in 1.." + n(kMaxSinkSplit);
     if (s > 1 && !has_sink_tiles(p)) return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
     const std::int64_t mma = mma_of(c);
+    if (p.dtype == core::DType::f32 && (mma != 80 || active_split(c, p) != 1))
+      return "fp32 runs mma 80 (FFMA or TF32 mma.sync) without the sink-token split: mma 80, sink_split 1";
     if (mma == 90) return wgmma_can_run(c, p, d);
     if (mma != 80) return "mma must be 80 (mma.sync) or 90 (wgmma), not " + n(mma);
     return AttnBwdGrad::can_run(c, p, d);
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (mma_of(c) != 90) return AttnBwdGrad::specialize(c, p);
+    if (mma_of(c) != 90 || p.dtype == core::DType::f32) return AttnBwdGrad::specialize(c, p);
     return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
                 n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
                 bool_arg(p.get("window", 0) > 0) + ">",
@@ -462,6 +481,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   }
 
  protected:
+  attn_bwd_f32::Stage f32_stage() const override { return attn_bwd_f32::Stage::dkdv; }
   std::string kernel() const override { return "attn_bwd_dkdv_kernel"; }
   const char* owned() const override { return "block_n"; }
   std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
@@ -483,6 +503,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows); mma 90: each stage
   // rounded up to 1 KiB, plus 1 KiB to align the tiles to the 1024-byte swizzle atoms wgmma reads.
   std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return attn_bwd_f32::smem_bytes(f32_stage(), c, p);
     const std::int64_t d = p.at("head_dim"), bm = c.at("block_m");
     if (mma_of(c) == 90) return 4 * c.at("block_n") * d + c.at("num_stages") * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
     return 4 * c.at("block_n") * d + c.at("num_stages") * (4 * bm * d + 8 * bm);
@@ -535,6 +556,7 @@ class AttnBwdDq final : public AttnBwdGrad {
   }
 
  protected:
+  attn_bwd_f32::Stage f32_stage() const override { return attn_bwd_f32::Stage::dq; }
   std::string kernel() const override { return "attn_bwd_dq_kernel"; }
   const char* owned() const override { return "block_m"; }
   std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_m"); }
@@ -544,6 +566,7 @@ class AttnBwdDq final : public AttnBwdGrad {
   std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_q"); }
   // Q and dO tiles, then num_stages x (K tile, V tile).
   std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return attn_bwd_f32::smem_bytes(f32_stage(), c, p);
     const std::int64_t d = p.at("head_dim");
     return 4 * c.at("block_m") * d + c.at("num_stages") * 4 * c.at("block_n") * d;
   }
@@ -597,6 +620,11 @@ class AttnBwdFused final : public AttnBwdGrad {
   std::vector<std::string> constraints() const override {
     return {"block_n == 16 * num_warps", "num_warps % 4 == 0", "block_m == 64 || block_m == 128", "head_dim % 64 == 0"};
   }
+  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16}; }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return "attn_bwd_fused supports f16 and bf16 only (fp32: attn_bwd_dkdv + attn_bwd_dq)";
+    return AttnBwdGrad::check_problem(p);
+  }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
     if (auto why = wgmma_shape_problem(c, p, d, smem_bytes(c, p), registers(c, p))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
@@ -642,6 +670,9 @@ class AttnBwdFused final : public AttnBwdGrad {
  protected:
   static constexpr int kConvertArg = 16;  // after sink_tokens
   std::string kernel() const override { return "attn_bwd_fused_wgmma_kernel"; }
+  attn_bwd_f32::Stage f32_stage() const override {  // unreachable: can_run turns fp32 away (wgmma_shape_problem)
+    throw core::Error("attn_bwd_fused has no fp32 kernel");
+  }
   const char* owned() const override { return "block_n"; }
   std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
   std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {

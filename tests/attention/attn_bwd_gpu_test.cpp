@@ -4,7 +4,9 @@
 // and d(sink). (3) End to end: the real forward (attn_fwd) gives O and LSE, then preprocess, dkdv, dq and
 // dsink run on them, and dQ, dK, dV, d(sink) are compared with the double backward of the double forward.
 // (4) On sm_90a, the Hopper dkdv kernel (mma 90) on experiments/tests/attn_bwd_sm90_variants.yaml, in the
-// determinism and end-to-end checks, and against a planted mask bug.
+// determinism and end-to-end checks, and against a planted mask bug. (5) fp32, exact and TF32
+// (attn_bwd_f32.cuh): every stage on experiments/tests/attn_bwd_f32_variants.yaml, determinism (both), and
+// end to end (exact) from the fp32 forward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,6 +192,12 @@ TEST(AttnBwdGpu, EveryStageAndVariantMatchesTheReference) {
   expect_variants_file_passes("attn_bwd_variants.yaml", 300);
 }
 
+// The fp32 kernels, exact FFMA and TF32, on every variant against the double reference.
+TEST(AttnBwdGpu, Fp32ExactAndTf32StagesMatchTheReferenceOnEveryVariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  expect_variants_file_passes("attn_bwd_f32_variants.yaml", 300);
+}
+
 // The Hopper kernels (wgmma): attn_bwd_dkdv's mma 90 and attn_bwd_fused, every variant, dtype and head dim
 // 64 / 128 against the reference. Needs an sm_90 GPU (wgmma exists nowhere else).
 TEST(AttnBwdGpu, WgmmaKernelsMatchTheReferenceOnEveryVariant) {
@@ -233,31 +241,35 @@ studies:
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
 // sink-token hot spot, unsplit and split over extra blocks, dQ, and the sink gradient's fixed-order
-// reduction).
+// reduction), in bf16 and in fp32 exact and TF32.
 TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   Launcher gpu;
-  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
-                          {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3}},
-                         core::DType::bf16);
-  for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dsink"}) {
-    const std::string n = name;
-    if (n == "attn_bwd_dkdv_wgmma" && gpu.info().arch != "sm_90a") continue;  // mma 90 needs sm_90a
-    const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n);
-    const core::Config& c = n == "attn_bwd_dsink" ? kSink
-                            : n == "attn_bwd_dkdv" ? kDkdv
-                            : n == "attn_bwd_dq"   ? kDq
-                            : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
-                                                         : kDkdvSplit;
-    auto a = draw(f, p, 42), b = a;
-    gpu.run(f, c, p, a);
-    gpu.run(f, c, p, b);
-    const auto specs = f.buffers(p);
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].role != kernels::BufferRole::output) continue;
-      ASSERT_EQ(a[i].values.size(), b[i].values.size());
-      EXPECT_EQ(std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * sizeof(double)), 0)
-          << name << " " << specs[i].name << " differs between two runs";
+  for (std::int64_t dt = 0; dt < 3; ++dt) {  // bf16, fp32 exact, fp32 TF32
+    for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dsink"}) {
+      const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
+                              {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3},
+                              {"tf32", dt == 2}},
+                             dt == 0 ? core::DType::bf16 : core::DType::f32);
+      const std::string n = name;
+      if (n == "attn_bwd_dkdv_wgmma" && gpu.info().arch != "sm_90a") continue;  // mma 90 needs sm_90a
+      if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split")) continue;  // fp16 / bf16 only
+      const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n);
+      const core::Config& c = n == "attn_bwd_dsink" ? kSink
+                              : n == "attn_bwd_dkdv" ? kDkdv
+                              : n == "attn_bwd_dq"   ? kDq
+                              : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
+                                                           : kDkdvSplit;
+      auto a = draw(f, p, 42), b = a;
+      gpu.run(f, c, p, a);
+      gpu.run(f, c, p, b);
+      const auto specs = f.buffers(p);
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        if (specs[i].role != kernels::BufferRole::output) continue;
+        ASSERT_EQ(a[i].values.size(), b[i].values.size());
+        EXPECT_EQ(std::memcmp(a[i].values.data(), b[i].values.data(), a[i].values.size() * sizeof(double)), 0)
+            << name << " " << p.key() << " " << specs[i].name << " differs between two runs";
+      }
     }
   }
 }
@@ -280,7 +292,7 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 200}, {"head_dim", 64}, {"causal", 1}, {"window", 1}, {"learned_sinks", 1}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 129}, {"head_dim", 64}, {"qk_range", 4}},
   };
-  for (core::DType dt : {core::DType::f16, core::DType::bf16})
+  for (core::DType dt : {core::DType::f16, core::DType::bf16, core::DType::f32})  // f32: exact FFMA
     for (const auto& dims : shapes) {
       const auto p = problem(dims, dt);
       const std::string what = p.key();
@@ -309,7 +321,7 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
                                              {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}}, {dt, {}, {}},
                                              {core::DType::f32, {}, {}}};  // dq, dk, dv, the accumulator
       gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
-      const bool split = s.window > 0 && s.sink_tokens > 0;  // sink tiles split over extra blocks
+      const bool split = s.window > 0 && s.sink_tokens > 0 && dt != core::DType::f32;  // sink tiles split over extra blocks
       if (split) gpu.run(fam("attn_bwd_dkdv"), kDkdvSplit, p, kv_split);
       // The Hopper dkdv (mma 90) where it runs: sm_90a, head dims 64 and 128.
       const bool wgmma = !fam("attn_bwd_dkdv").can_run(kDkdvWgmma, p, gpu.info().limits);
@@ -368,31 +380,39 @@ TEST(AttnBwdGpu, PlantedMaskBugsAreCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const struct {
     const char* family;
+    const char* file;
+    const char* dtype;  // f32: exact and TF32, one incorrect trial each
     const char* from;
     const char* to;
   } bugs[] = {
-      {"attn_bwd_dkdv",
+      {"attn_bwd_dkdv", "attn_bwd.cuh", "f16",
        "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
        "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"},
-      {"attn_bwd_dq", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+      {"attn_bwd_dq", "attn_bwd.cuh", "f16", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+       "const bool need_mask = n0 + kBlockN > seq_k;"},
+      {"attn_bwd_dkdv", "attn_bwd_f32.cuh", "f32",
+       "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
+       "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"},
+      {"attn_bwd_dq", "attn_bwd_f32.cuh", "f32", "const bool need_mask = ft_attn_tile_needs_mask(mask, w0, w1, n0, kBlockN);",
        "const bool need_mask = n0 + kBlockN > seq_k;"},
   };
   for (const auto& bug : bugs) {
     TempDir dir;
     const fs::path tdir = dir.path / "templates";
-    ASSERT_TRUE(flashtune::testing::plant_bug(tdir, "attn_bwd.cuh", bug.from, bug.to)) << "the planted bug's anchor moved";
+    ASSERT_TRUE(flashtune::testing::plant_bug(tdir, bug.file, bug.from, bug.to)) << "the planted bug's anchor moved";
+    const bool f32 = std::string(bug.dtype) == "f32";
     const auto exp = experiment::parse_experiment(std::string(R"(
 name: attn_bwd_planted
 measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: )") + bug.family + R"(
-    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
+    problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: )" + bug.dtype + (f32 ? ", tf32: [0, 1]" : "") + R"(, causal: 1}]
     space: {block_m: 64, block_n: 64, num_warps: 4, num_stages: 1}
 )", "attn_bwd_planted.yaml");
     auto opts = quiet_options(dir.path / "p.sqlite", false);
     opts.templates = tdir;
     runner::run_experiment(exp, opts);
     db::Store store(opts.db_path);
-    EXPECT_EQ(count(store, "status = 'incorrect'"), 1) << bug.family;
+    EXPECT_EQ(count(store, "status = 'incorrect'"), f32 ? 2 : 1) << bug.family << " " << bug.dtype;
   }
 }

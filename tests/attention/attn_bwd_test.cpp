@@ -73,26 +73,28 @@ TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
     const auto& f = fam(name);
     EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
     EXPECT_FALSE(f.description().empty());
-    EXPECT_EQ(f.dtypes().size(), 2u) << name;
+    EXPECT_EQ(f.dtypes().size(), 3u) << name;  // f16, bf16, f32 (attn_bwd_f32_test.cpp)
     stages.insert(f.stage());
   }
   EXPECT_EQ(stages.size(), 4u);
 }
 
 TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
-  const std::string source =
-      flashtune::testing::read_template("attn_bwd.cuh") + flashtune::testing::read_template("attn_bwd_sm90.cuh");
+  const std::string source = flashtune::testing::read_template("attn_bwd.cuh") +
+                             flashtune::testing::read_template("attn_bwd_sm90.cuh") +
+                             flashtune::testing::read_template("attn_bwd_f32.cuh");
   for (const char* name : kFamilies)
-    for (std::int64_t mma : {80, 90}) {  // dkdv: the mma.sync and the wgmma kernel
+    for (std::int64_t mma : {80, 90, 32}) {  // dkdv: the mma.sync and the wgmma kernel; 32: the fp32 kernels
       const auto& f = fam(name);
+      if (mma == 32 && f.name() != "attn_bwd_dkdv" && f.name() != "attn_bwd_dq") continue;  // one kernel for all dtypes
       auto dims = std::map<std::string, std::int64_t>{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33},
                                                       {"seq_k", 70}, {"head_dim", 64}, {"learned_sinks", 1}};
-      const auto p = problem(f, dims);
+      const auto p = problem(f, dims, mma == 32 ? core::DType::f32 : core::DType::f16);
       ASSERT_EQ(f.check_problem(p), std::nullopt) << name;
       core::Config c;
       for (const auto& t : f.tunables()) c.values[t.name] = t.values[t.values.size() / 2];
-      if (!c.values.count("mma") && mma != 80) continue;
-      if (c.values.count("mma")) c.values["mma"] = mma;
+      if (!c.values.count("mma") && mma == 90) continue;
+      if (c.values.count("mma")) c.values["mma"] = mma == 32 ? 80 : mma;
       const std::string expr = f.specialize(c, p).name_expression;
       const std::string kernel = expr.substr(0, expr.find('<'));
       const auto params = flashtune::testing::kernel_parameters(source, kernel);
@@ -127,7 +129,7 @@ TEST(AttnBwdFamilies, ProblemsAreCheckedWithReasons) {
   const auto& dq = fam("attn_bwd_dq");
   const std::map<std::string, std::int64_t> ok{{"batch", 1}, {"heads_q", 4}, {"seq_q", 10}, {"head_dim", 64}};
   EXPECT_EQ(dq.check_problem(problem(dq, ok)), std::nullopt);
-  EXPECT_NE(dq.check_problem(problem(dq, ok, core::DType::f32)).value_or("").find("f16 and bf16"), std::string::npos);
+  EXPECT_EQ(dq.check_problem(problem(dq, ok, core::DType::f32)), std::nullopt);
   auto d256 = ok;
   d256["head_dim"] = 256;
   EXPECT_NE(dq.check_problem(problem(dq, d256)).value_or("").find("head_dim 256"), std::string::npos);

@@ -91,6 +91,7 @@ struct Block {
 };
 
 inline Block* g_block = nullptr;
+inline FtEmuDim3 g_grid{1, 1, 1};    // gridDim of the launch being run; callers set it before run_block
 inline std::vector<Range> g_inputs;  // global memory cp.async may read
 
 inline Fiber& fiber() { return g_block->fibers[std::size_t(g_block->current)]; }
@@ -206,6 +207,7 @@ inline std::string run_block(FtEmuDim3 idx, int threads, std::size_t smem_bytes,
 
 inline FtEmuDim3 thread_idx() { return {fiber().tid, 0, 0}; }
 inline FtEmuDim3 block_idx() { return g_block->idx; }
+inline FtEmuDim3 grid_dim() { return g_grid; }
 
 }  // namespace ft_emu
 
@@ -219,6 +221,7 @@ inline FtEmuDim3 block_idx() { return g_block->idx; }
 #define __launch_bounds__(...)
 #define threadIdx (ft_emu::thread_idx())
 #define blockIdx (ft_emu::block_idx())
+#define gridDim (ft_emu::grid_dim())
 
 using std::max;
 using std::min;
