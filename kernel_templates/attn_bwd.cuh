@@ -218,8 +218,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 // (reduce = 1) adds the S + 1 slots in slot order and writes dK, dV of the sink rows. No atomics, no
 // counters: the same bits on every run. Workspace: (batch, heads_kv, S + 1, sink rows, head_dim) fp32,
 // for dK then for dV; sink rows = min(sink_tokens, seq_k).
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
+          int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attn_bwd_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                          const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                          T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ ws, int heads_q, int heads_kv,
@@ -396,8 +398,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 // dQ: one block per (block_m queries, query head, batch), as the forward: each warp owns kMTiles (1 or 2)
 // tiles of 16 query rows; the key tiles the rows can see stream through kStages (K, V) buffers:
 //   P = exp(S scale - LSE), dP = dO V^T, dS = P (dP - D), dQ += dS K;  dQ *= scale at the end.
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
+          int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                        T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,

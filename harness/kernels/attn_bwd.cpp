@@ -374,6 +374,39 @@ class AttnBwdGrad : public AttnBwdBase {
   }
 
  protected:
+  // min_blocks (the mma.sync kernels at fp16 / bf16): blocks per SM the kernel is compiled to fit
+  // (__launch_bounds__), which caps its registers at 65536 / (32 num_warps min_blocks). For short loops
+  // (windows), where more resident blocks hide the latency of each one's chain of MMAs.
+  static std::int64_t min_blocks(const core::Config& c) { return c.get("min_blocks", 1); }
+  static TunableSpec min_blocks_tunable() {
+    return {"min_blocks", {1},
+            "blocks per SM the mma.sync kernel is compiled to fit (__launch_bounds__), capping its registers at 65536 / "
+            "(32 num_warps min_blocks); 1 = no cap (fp32 and mma 90 take 1)"};
+  }
+  // Why min_blocks cannot run (nullopt if it can); `acc`: accumulator registers per thread, below which the
+  // cap would spill (ptxas needs ~40 more; the spill check prunes what is left).
+  std::optional<std::string> min_blocks_problem(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d,
+                                                std::int64_t acc) const {
+    const std::int64_t mb = min_blocks(c);
+    if (mb == 1) return std::nullopt;
+    if (mb < 1 || mb > 32) return "min_blocks must be in 1..32";
+    if (p.dtype == core::DType::f32) return "min_blocks > 1 is an fp16 / bf16 option; fp32 takes 1";
+    const std::int64_t warps = c.at("num_warps"), smem = smem_bytes(c, p);
+    if (32 * warps * mb > 2048)  // threads per SM on every sm_80 .. sm_90 GPU
+      return "min_blocks " + n(mb) + " x " + n(32 * warps) + " threads > 2048 per SM";
+    if ((smem + 1024) * mb > d.max_shared_per_sm)
+      return "min_blocks " + n(mb) + " x " + n(smem) + " B of shared memory > " + n(d.max_shared_per_sm) + " B per SM";
+    const std::int64_t cap = std::min<std::int64_t>(d.max_regs_per_thread, d.max_regs_per_block / (32 * warps * mb) / 8 * 8);
+    if (cap < acc + 40)
+      return "min_blocks " + n(mb) + " caps registers at " + n(cap) + " per thread, too few for the " + n(acc) +
+             " accumulators and ~40 others";
+    return std::nullopt;
+  }
+  // The fp16 / bf16 mma.sync kernels take min_blocks as their last template argument.
+  static Specialization with_min_blocks(Specialization s, const core::Config& c, const core::Problem& p) {
+    if (p.dtype != core::DType::f32) s.name_expression.insert(s.name_expression.size() - 1, ", " + n(min_blocks(c)));
+    return s;
+  }
   virtual void add_workspace(const core::Problem&, std::vector<BufferSpec>&) const {}
   virtual attn_bwd_f32::Stage f32_stage() const = 0;
   virtual std::string kernel() const = 0;
@@ -423,6 +456,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     t.push_back({"mma", {80, 90},
                  "tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a warpgroup of 4 "
                  "warps per 64 keys, block_m 64 or 128, head_dim a multiple of 64, sink_split 1)"});
+    t.push_back(min_blocks_tunable());
     return t;
   }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
@@ -432,12 +466,17 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     const std::int64_t mma = mma_of(c);
     if (p.dtype == core::DType::f32 && (mma != 80 || active_split(c, p) != 1))
       return "fp32 runs mma 80 (FFMA or TF32 mma.sync) without the sink-token split: mma 80, sink_split 1";
-    if (mma == 90) return wgmma_can_run(c, p, d);
+    if (mma == 90) {
+      if (min_blocks(c) != 1) return "min_blocks is an mma 80 option; mma 90 takes 1";
+      return wgmma_can_run(c, p, d);
+    }
     if (mma != 80) return "mma must be 80 (mma.sync) or 90 (wgmma), not " + n(mma);
-    return AttnBwdGrad::can_run(c, p, d);
+    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
+    // dK and dV (head_dim / 2 each), S and dP (block_m / 2 each) per 16-key tile of a warp
+    return min_blocks_problem(c, p, d, c.at("block_n") / (16 * c.at("num_warps")) * (p.at("head_dim") + c.at("block_m")));
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (mma_of(c) != 90 || p.dtype == core::DType::f32) return AttnBwdGrad::specialize(c, p);
+    if (mma_of(c) != 90 || p.dtype == core::DType::f32) return with_min_blocks(AttnBwdGrad::specialize(c, p), c, p);
     return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
                 n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
                 bool_arg(p.get("window", 0) > 0) + ">",
@@ -549,6 +588,19 @@ class AttnBwdDq final : public AttnBwdGrad {
   }
   std::vector<std::string> constraints() const override {
     return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2"};
+  }
+  std::vector<TunableSpec> tunables() const override {
+    auto t = AttnBwdGrad::tunables();
+    t.push_back(min_blocks_tunable());
+    return t;
+  }
+  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
+    // dQ (head_dim / 2), S and dP (block_n / 2 each) per 16-row tile of a warp
+    return min_blocks_problem(c, p, d, c.at("block_m") / (16 * c.at("num_warps")) * (p.at("head_dim") / 2 + c.at("block_n")));
+  }
+  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+    return with_min_blocks(AttnBwdGrad::specialize(c, p), c, p);
   }
   /// S, dP and dQ: 6 * head_dim per visible pair and query head.
   double flops(const core::Problem& p) const override {

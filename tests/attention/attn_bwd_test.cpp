@@ -226,6 +226,53 @@ TEST(AttnBwdFamilies, DkdvWgmmaIsCheckedAndSpecialized) {
   EXPECT_EQ(dkdv.specialize(old, p).name_expression.rfind("attn_bwd_dkdv_kernel<", 0), 0u);
 }
 
+// min_blocks (attn_bwd_dq and attn_bwd_dkdv's mma 80, fp16 / bf16): the last template argument, checked
+// against threads, shared memory and registers per SM; capped, the kernel compiles into fewer registers.
+TEST(AttnBwdFamilies, MinBlocksCapsTheMmaSyncKernelsRegisters) {
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto& dq = fam("attn_bwd_dq");
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  const std::map<std::string, std::int64_t> gpt{{"batch", 1}, {"heads_q", 8}, {"heads_kv", 1}, {"seq_q", 300}, {"head_dim", 64},
+                                                {"causal", 1}, {"window", 128}, {"learned_sinks", 1}};
+  const auto p = problem(dq, gpt, core::DType::bf16);
+  auto cfg = [](std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t mb) {
+    return core::Config{{{"block_m", bm}, {"block_n", bn}, {"num_warps", warps}, {"num_stages", 2}, {"min_blocks", mb}}};
+  };
+  EXPECT_EQ(dq.can_run(cfg(32, 32, 2, 8), p, sm90), std::nullopt);
+  const std::string name = dq.specialize(cfg(32, 32, 2, 8), p).name_expression;
+  EXPECT_EQ(name, "attn_bwd_dq_kernel<ft_bf16, 64, 32, 32, 2, 2, true, true, 8>");
+  EXPECT_EQ(dq.specialize(core::Config{{{"block_m", 32}, {"block_n", 32}, {"num_warps", 2}, {"num_stages", 2}}}, p).name_expression,
+            "attn_bwd_dq_kernel<ft_bf16, 64, 32, 32, 2, 2, true, true, 1>");  // without the key: no cap
+  // 4 x 128 threads: 128 registers, fewer than the 96 accumulators and ~40 others; 12 x 24 KiB of shared memory
+  EXPECT_NE(dq.can_run(cfg(64, 64, 4, 4), p, sm90).value_or("").find("caps registers at 128"), std::string::npos);
+  EXPECT_NE(dq.can_run(cfg(32, 32, 2, 12), p, sm90).value_or("").find("shared memory"), std::string::npos);
+  EXPECT_NE(dq.can_run(cfg(64, 32, 4, 17), p, sm90).value_or("").find("threads > 2048"), std::string::npos);
+  EXPECT_NE(dq.can_run(cfg(32, 32, 2, 0), p, sm90).value_or("").find("1..32"), std::string::npos);
+  const auto p32 = problem(dq, gpt, core::DType::f32);
+  EXPECT_NE(dq.can_run(cfg(32, 32, 2, 4), p32, sm90).value_or("").find("fp16 / bf16 option"), std::string::npos);
+  EXPECT_EQ(dq.specialize(cfg(32, 32, 2, 1), p32).name_expression.find(", 1>"), std::string::npos);  // fp32: its own kernel
+  // dkdv: mma 80 takes it, mma 90 does not.
+  auto k80 = core::Config{{{"block_m", 32}, {"block_n", 32}, {"num_warps", 2}, {"num_stages", 2}, {"mma", 80}, {"min_blocks", 6}}};
+  EXPECT_EQ(dkdv.can_run(k80, p, sm90), std::nullopt);
+  EXPECT_EQ(dkdv.specialize(k80, p).name_expression, "attn_bwd_dkdv_kernel<ft_bf16, 64, 32, 32, 2, 2, true, true, 6>");
+  auto k90 = core::Config{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"mma", 90}, {"min_blocks", 2}}};
+  EXPECT_NE(dkdv.can_run(k90, p, sm90).value_or("").find("mma 80 option"), std::string::npos);
+
+  // ptxas: uncapped the dq kernel takes more than 128 registers; min_blocks 8 (2 warps) caps it at 128, unspilled.
+  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  const std::string params = "(const ft_bf16*, const ft_bf16*, const ft_bf16*, const ft_bf16*, const float*, const float*, "
+                             "ft_bf16*, int, int, int, int, int, int, float, long long, long long, long long, long long, "
+                             "long long, long long);";
+  const auto free = flashtune::testing::compile_instantiations(
+      source, "attn_bwd.cuh", {"template __global__ void " + dq.specialize(cfg(32, 32, 2, 1), p).name_expression + params}, "sm_90a");
+  const auto capped = flashtune::testing::compile_instantiations(
+      source, "attn_bwd.cuh", {"template __global__ void " + name + params}, "sm_90a");
+  ASSERT_TRUE(free.record.ok && capped.record.ok) << free.record.log.substr(0, 2000) << capped.record.log.substr(0, 2000);
+  EXPECT_GT(free.max_registers, 128);
+  EXPECT_LE(capped.max_registers, 128);
+  EXPECT_EQ(capped.spilling, 0) << spilling_kernels(capped.record.log);
+}
+
 // The sink-token split of dkdv: extra blocks per key tile holding sink tokens (window only), an fp32
 // workspace of kMaxSinkSplit + 1 slots of the sink rows, sink_split and reduce passed to the kernel.
 TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
