@@ -305,6 +305,114 @@ void attention_backward_tiled(const AttnShape& s, const std::vector<double>& q, 
   sink_grads<Acc>(s, sinks, lse, d, g);
 }
 
+template <typename Acc>
+void attention_backward_sweep(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
+                              const std::vector<double>& v, const std::vector<double>& sinks,
+                              const std::vector<double>& o, const std::vector<double>& lse,
+                              const std::vector<double>& dout, std::int64_t block_m, std::int64_t block_n,
+                              std::int64_t chunk_tiles, AttnGrads& g, SweepCost* cost) {
+  check_backward_inputs("attention_backward_sweep", s, q, k, v, sinks, o, lse, dout);
+  if (block_m < 1 || block_n < 1 || chunk_tiles < 1)
+    fail("attention_backward_sweep: block_m, block_n and chunk_tiles must be >= 1, got " + std::to_string(block_m) +
+         ", " + std::to_string(block_n) + " and " + std::to_string(chunk_tiles));
+  zero_grads(s, g);
+  const Acc scale = score_scale<Acc>(s);
+  const std::int64_t dim = s.head_dim;
+  const std::int64_t q_tiles = (s.seq_q + block_m - 1) / block_m, k_tiles = (s.seq_k + block_n - 1) / block_n;
+  const std::int64_t chunks = std::max<std::int64_t>(1, (q_tiles + chunk_tiles - 1) / chunk_tiles);
+  auto q_owner = [&](std::int64_t t) { return t / chunk_tiles; };
+  auto k_owner = [&](std::int64_t u) {  // the chunk of the query row on the key tile's first row's diagonal
+    const std::int64_t i = std::clamp<std::int64_t>(u * block_n - (s.seq_k - s.seq_q), 0, std::max<std::int64_t>(s.seq_q - 1, 0));
+    return std::min(q_owner(i / block_m), chunks - 1);
+  };
+  auto visible = [&](std::int64_t t, std::int64_t u) {
+    for (std::int64_t i = t * block_m; i < std::min(s.seq_q, (t + 1) * block_m); ++i)
+      if (range_touches(row_range(s, i), u * block_n, std::min(s.seq_k, (u + 1) * block_n))) return true;
+    return false;
+  };
+  std::vector<SweepCost> costs(static_cast<std::size_t>(s.batch * s.heads_kv));
+
+  for_each_kv_head(s, [&](std::int64_t kv_off, const std::vector<HeadSlice>& heads) {
+    SweepCost& c_kv = costs[static_cast<std::size_t>(kv_off / (s.seq_k * dim))];
+    RowMajor<Acc> p, ds;
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+      // The chunk's accumulators: dK, dV of the key tiles it owns (summed over the group's heads), dQ of
+      // one query tile at a time (complete once its key tiles are visited).
+      std::vector<RowMajor<Acc>> dk(static_cast<std::size_t>(k_tiles)), dv(static_cast<std::size_t>(k_tiles));
+      for (std::int64_t u = 0; u < k_tiles; ++u)
+        if (k_owner(u) == chunk) {
+          const std::int64_t cols = std::min(block_n, s.seq_k - u * block_n);
+          dk[static_cast<std::size_t>(u)] = RowMajor<Acc>::Zero(cols, dim);
+          dv[static_cast<std::size_t>(u)] = RowMajor<Acc>::Zero(cols, dim);
+        }
+      for (const HeadSlice& head : heads)
+        for (std::int64_t t = 0; t < q_tiles; ++t) {
+          const std::int64_t i0 = t * block_m, rows = std::min(block_m, s.seq_q - i0);
+          const bool own_q = q_owner(t) == chunk;
+          bool loaded = false;
+          RowMajor<Acc> q_tile, do_tile, dq;
+          ColVec<Acc> lse_tile, d_tile;
+          std::vector<RowRange> ranges;
+          for (std::int64_t u = 0; u < k_tiles; ++u) {
+            const bool own_k = k_owner(u) == chunk;
+            if ((!own_q && !own_k) || !visible(t, u)) continue;
+            if (!loaded) {  // Q, dO, LSE of the tile, and D = rowsum(dO * O) computed here
+              loaded = true;
+              q_tile = load<Acc>(q, head.q_off + i0 * dim, rows, dim);
+              do_tile = load<Acc>(dout, head.q_off + i0 * dim, rows, dim);
+              const RowMajor<Acc> o_tile = load<Acc>(o, head.q_off + i0 * dim, rows, dim);
+              lse_tile.resize(rows);
+              d_tile.resize(rows);
+              ranges.resize(static_cast<std::size_t>(rows));
+              for (std::int64_t r = 0; r < rows; ++r) {
+                lse_tile(r) = static_cast<Acc>(lse[static_cast<std::size_t>(head.lse_off + i0 + r)]);
+                Acc sum = 0;
+                for (std::int64_t c = 0; c < dim; ++c) sum += do_tile(r, c) * o_tile(r, c);
+                d_tile(r) = sum;
+                ranges[static_cast<std::size_t>(r)] = row_range(s, i0 + r);
+              }
+              dq = RowMajor<Acc>::Zero(rows, dim);
+            }
+            const std::int64_t j0 = u * block_n, cols = std::min(block_n, s.seq_k - j0);
+            const RowMajor<Acc> k_tile = load<Acc>(k, kv_off + j0 * dim, cols, dim);
+            const RowMajor<Acc> v_tile = load<Acc>(v, kv_off + j0 * dim, cols, dim);
+            tile_p_ds<Acc>(scale, q_tile, do_tile, lse_tile, d_tile, ranges, k_tile, v_tile, j0, p, ds);
+            if (own_k) {
+              dv[static_cast<std::size_t>(u)].noalias() += p.transpose() * do_tile;
+              dk[static_cast<std::size_t>(u)].noalias() += scale * (ds.transpose() * q_tile);
+            }
+            if (own_q) dq.noalias() += scale * (ds * k_tile);
+            c_kv.sweep_products += 2 + (own_k ? 2 : 0) + (own_q ? 1 : 0);
+            if (own_q) {  // counted once per tile, by the chunk that owns its query side
+              c_kv.visible_tiles += 1;
+              c_kv.split_products += 7;
+              if (!own_k) c_kv.seam_tiles += 1;  // visited again by the chunk of its key side
+            }
+          }
+          if (own_q && loaded)
+            Eigen::Map<RowMajor<double>>(g.dq.data() + head.q_off + i0 * dim, rows, dim) = dq.template cast<double>();
+        }
+      for (std::int64_t u = 0; u < k_tiles; ++u)
+        if (k_owner(u) == chunk) {
+          const std::int64_t j0 = u * block_n, cols = std::min(block_n, s.seq_k - j0);
+          Eigen::Map<RowMajor<double>>(g.dk.data() + kv_off + j0 * dim, cols, dim) = dk[static_cast<std::size_t>(u)].template cast<double>();
+          Eigen::Map<RowMajor<double>>(g.dv.data() + kv_off + j0 * dim, cols, dim) = dv[static_cast<std::size_t>(u)].template cast<double>();
+        }
+    }
+  });
+  if (cost) {
+    *cost = SweepCost{};
+    for (const auto& c : costs) {
+      cost->visible_tiles += c.visible_tiles;
+      cost->split_products += c.split_products;
+      cost->sweep_products += c.sweep_products;
+      cost->seam_tiles += c.seam_tiles;
+    }
+  }
+  const std::vector<Acc> d = row_dots<Acc>(s, o, dout);
+  sink_grads<Acc>(s, sinks, lse, d, g);
+}
+
 #define FT_INSTANTIATE_BACKWARD(Acc)                                                                             \
   template void attention_backward_naive<Acc>(const AttnShape&, const std::vector<double>&,                      \
                                               const std::vector<double>&, const std::vector<double>&,            \
@@ -319,7 +427,12 @@ void attention_backward_tiled(const AttnShape& s, const std::vector<double>& q, 
                                               const std::vector<double>&, const std::vector<double>&,            \
                                               const std::vector<double>&, const std::vector<double>&,            \
                                               const std::vector<double>&, const std::vector<double>&,            \
-                                              std::int64_t, std::int64_t, AttnGrads&);
+                                              std::int64_t, std::int64_t, AttnGrads&);               \
+  template void attention_backward_sweep<Acc>(const AttnShape&, const std::vector<double>&,                      \
+                                              const std::vector<double>&, const std::vector<double>&,            \
+                                              const std::vector<double>&, const std::vector<double>&,            \
+                                              const std::vector<double>&, const std::vector<double>&,            \
+                                              std::int64_t, std::int64_t, std::int64_t, AttnGrads&, SweepCost*);
 FT_INSTANTIATE_BACKWARD(double)
 FT_INSTANTIATE_BACKWARD(float)
 #undef FT_INSTANTIATE_BACKWARD

@@ -63,6 +63,30 @@ void attention_backward_tiled(const AttnShape& s, const std::vector<double>& q, 
                               const std::vector<double>& dout, std::int64_t block_m, std::int64_t block_n,
                               AttnGrads& g);
 
+/// What the sweep schedule costs, in tile products (one product = one block_m x block_n x head_dim matrix
+/// product: S = Q K^T, dP = dO V^T, dV += P^T dO, dK += dS^T Q, dQ += dS K), summed over query heads.
+struct SweepCost {
+  std::int64_t visible_tiles = 0;   ///< (query tile, key tile) pairs with a visible pair of rows
+  std::int64_t split_products = 0;  ///< the two-pass kernels (dkdv: S, dP, dV, dK; dq: S, dP, dQ): 7 per tile
+  std::int64_t sweep_products = 0;  ///< the sweep: 5 per tile inside a chunk, 4 + 3 for a tile on a seam
+  std::int64_t seam_tiles = 0;      ///< tiles whose query and key tiles belong to different chunks
+};
+
+/// The same result by the one-pass *sweep* schedule planned for windowed shapes (docs/NOTES.md, session
+/// 13): per (batch, kv head) the query tiles are cut into chunks of chunk_tiles tiles; a chunk owns dQ of
+/// its query tiles and dK, dV of the key tiles on its diagonal (key row j belongs with query row
+/// j - (seq_k - seq_q), clamped), and visits every tile where it owns one side, adding only the side it owns;
+/// a tile whose sides belong to two chunks (a seam) is visited by both. No atomics, D = rowsum(dO * O)
+/// per query tile where it is used (no preprocess pass), dsinks as in attention_backward_tiled(). `cost`
+/// (optional) counts the tile products of this schedule against the two-pass kernels'. Same contract and
+/// errors as attention_backward_tiled(); chunk_tiles >= 1.
+template <typename Acc>
+void attention_backward_sweep(const AttnShape& s, const std::vector<double>& q, const std::vector<double>& k,
+                              const std::vector<double>& v, const std::vector<double>& sinks,
+                              const std::vector<double>& o, const std::vector<double>& lse,
+                              const std::vector<double>& dout, std::int64_t block_m, std::int64_t block_n,
+                              std::int64_t chunk_tiles, AttnGrads& g, SweepCost* cost = nullptr);
+
 extern template void attention_backward_naive<double>(const AttnShape&, const std::vector<double>&,
                                                       const std::vector<double>&, const std::vector<double>&,
                                                       const std::vector<double>&, const std::vector<double>&,
@@ -91,5 +115,16 @@ extern template void attention_backward_tiled<float>(const AttnShape&, const std
                                                      const std::vector<double>&, const std::vector<double>&,
                                                      const std::vector<double>&, const std::vector<double>&,
                                                      std::int64_t, std::int64_t, AttnGrads&);
+
+extern template void attention_backward_sweep<double>(const AttnShape&, const std::vector<double>&,
+                                                      const std::vector<double>&, const std::vector<double>&,
+                                                      const std::vector<double>&, const std::vector<double>&,
+                                                      const std::vector<double>&, const std::vector<double>&,
+                                                      std::int64_t, std::int64_t, std::int64_t, AttnGrads&, SweepCost*);
+extern template void attention_backward_sweep<float>(const AttnShape&, const std::vector<double>&,
+                                                     const std::vector<double>&, const std::vector<double>&,
+                                                     const std::vector<double>&, const std::vector<double>&,
+                                                     const std::vector<double>&, const std::vector<double>&,
+                                                     std::int64_t, std::int64_t, std::int64_t, AttnGrads&, SweepCost*);
 
 }  // namespace flashtune::reference

@@ -262,6 +262,37 @@ TEST_P(AttentionBwdVariant, TiledMatchesNaiveForEveryTileAndLength) {
   }
 }
 
+// The sweep schedule (chunks of query tiles owning dQ and the dK, dV of their diagonal key tiles, seams
+// visited from both sides, D computed per tile) equals the naive backward for every tile, chunk and length.
+TEST_P(AttentionBwdVariant, SweepMatchesNaiveForEveryTileChunkAndLength) {
+  const Variant& base = GetParam();
+  const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{base.seq_q, base.seq_k}, {1, 1}, {17, 29}, {29, 17}};
+  std::uint64_t seed = 700;
+  for (const auto& [sq, sk] : seqs) {
+    Variant var = base;
+    var.seq_q = sq;
+    var.seq_k = sk;
+    const AttnShape s = shape_of(var);
+    const Inputs in = make_inputs(s, var, seed += 10);
+    std::vector<double> o, lse;
+    attention_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse);
+    AttnGrads want;
+    attention_backward_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, want);
+    for (const auto& [bm, bn] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {3, 5}, {4, 4}, {16, 8}})
+      for (std::int64_t chunk : {1, 2, 3, 100}) {
+        SCOPED_TRACE(var.name + "_sq" + std::to_string(sq) + "_sk" + std::to_string(sk) + "_bm" + std::to_string(bm) +
+                     "_bn" + std::to_string(bn) + "_chunk" + std::to_string(chunk));
+        AttnGrads g;
+        SweepCost cost;
+        attention_backward_sweep<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, bm, bn, chunk, g, &cost);
+        expect_grads_near(g, want, 1e-12);
+        EXPECT_EQ(cost.split_products, 7 * cost.visible_tiles);
+        // inside a chunk 5 products a tile, on a seam 4 + 3
+        EXPECT_EQ(cost.sweep_products, 5 * cost.visible_tiles + 2 * cost.seam_tiles);
+      }
+  }
+}
+
 // A subset gives the full result on its rows and exact zeros elsewhere; dsinks is always whole.
 TEST_P(AttentionBwdVariant, RowsSubsetMatchesFullOnTheListedRows) {
   Variant var = GetParam();
@@ -374,6 +405,30 @@ TEST(AttentionBwd, TiledIsDeterministic) {
   EXPECT_EQ(a.dk, b.dk);
   EXPECT_EQ(a.dv, b.dv);
   EXPECT_EQ(a.dsinks, b.dsinks);
+}
+
+// What the sweep saves on the GPT-OSS window (causal, window 128, 64 x 64 tiles; head_dim is irrelevant to
+// the count): a query tile sees 3 key tiles, a chunk of C tiles has 3 seam tiles at each end, so the sweep
+// does (15 C + 6) / (21 C) of the two-pass kernels' products (0.75 at C = 8) and one chunk none of the seams.
+TEST(AttentionBwd, SweepCostsFewerTileProductsOnTheWindowedShape) {
+  const Variant var{"gpt_oss_window", 1, 2, 1, 2048, 2048, 2, true, 128, 0, true, 1, 1, 0};
+  const AttnShape s = shape_of(var);
+  const Inputs in = make_inputs(s, var, 91);
+  std::vector<double> o, lse;
+  attention_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse);
+  AttnGrads g, tiled;
+  attention_backward_tiled<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, 64, 64, tiled);
+  SweepCost one, eight;
+  attention_backward_sweep<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, 64, 64, 32, g, &one);
+  EXPECT_EQ(one.seam_tiles, 0);
+  EXPECT_EQ(one.sweep_products * 7, one.split_products * 5);
+  attention_backward_sweep<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, 64, 64, 8, g, &eight);
+  expect_grads_near(g, tiled, 1e-12);
+  // 32 query tiles of 3 key tiles each, less the first two's missing ones, per head
+  EXPECT_EQ(eight.visible_tiles, 2 * (32 * 3 - 3));
+  EXPECT_EQ(eight.seam_tiles, 2 * 3 * 3);  // 3 seams (4 chunks) of 3 tiles, per head
+  const double ratio = double(eight.sweep_products) / double(eight.split_products);
+  EXPECT_NEAR(ratio, 0.75, 0.02);
 }
 
 // A long-ish sequence checked only on a few rows agrees with the tiled whole (the host-check use).
