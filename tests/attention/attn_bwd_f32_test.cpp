@@ -31,6 +31,8 @@ using namespace flashtune;
 
 namespace {
 
+using flashtune::testing::default_space;
+
 const kernels::KernelFamily& fam(const std::string& name) {
   const auto* f = kernels::find_family(name);
   if (!f) throw std::runtime_error(name + " is not registered");
@@ -46,21 +48,6 @@ core::Problem problem(const kernels::KernelFamily& f, std::map<std::string, std:
 
 core::Config cfg(std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
   return core::Config{{{"block_m", bm}, {"block_n", bn}, {"num_warps", warps}, {"num_stages", stages}}};
-}
-
-std::vector<core::Config> default_space(const kernels::KernelFamily& f) {
-  std::vector<core::Config> configs{core::Config{}};
-  for (const auto& t : f.tunables()) {
-    std::vector<core::Config> next;
-    for (const auto& c : configs)
-      for (std::int64_t v : t.values) {
-        core::Config x = c;
-        x.values[t.name] = v;
-        next.push_back(x);
-      }
-    configs = std::move(next);
-  }
-  return configs;
 }
 
 }  // namespace

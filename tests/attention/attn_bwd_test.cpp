@@ -22,6 +22,8 @@ using namespace flashtune;
 
 namespace {
 
+using flashtune::testing::default_space;
+
 const char* kFamilies[] = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"};
 
 const kernels::KernelFamily& fam(const std::string& name) {
@@ -36,21 +38,6 @@ core::Problem problem(const kernels::KernelFamily& f, std::map<std::string, std:
   for (const auto& o : f.optional_problem_dims()) p.dims.try_emplace(o.name, o.fallback);
   f.complete_problem(p);
   return p;
-}
-
-std::vector<core::Config> default_space(const kernels::KernelFamily& f) {
-  std::vector<core::Config> configs{core::Config{}};
-  for (const auto& t : f.tunables()) {
-    std::vector<core::Config> next;
-    for (const auto& c : configs)
-      for (std::int64_t v : t.values) {
-        core::Config x = c;
-        x.values[t.name] = v;
-        next.push_back(x);
-      }
-    configs = std::move(next);
-  }
-  return configs;
 }
 
 // The entry functions of a ptxas log that spill, with their register counts.

@@ -12,24 +12,12 @@
 #include "harness/kernels/family.hpp"
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 
 namespace flashtune::kernels {
 namespace {
 
-std::vector<core::Config> default_space(const KernelFamily& f) {
-  std::vector<core::Config> configs{core::Config{}};
-  for (const auto& t : f.tunables()) {
-    std::vector<core::Config> next;
-    for (const auto& c : configs)
-      for (std::int64_t v : t.values) {
-        core::Config n = c;
-        n.values[t.name] = v;
-        next.push_back(n);
-      }
-    configs = std::move(next);
-  }
-  return configs;
-}
+using testing::default_space;
 
 std::vector<core::Problem> problems(core::DType d) {
   std::vector<core::Problem> out;

@@ -19,6 +19,22 @@
 
 namespace flashtune::testing {
 
+/// Every combination of the family's default tunable values (its default search space, unconstrained).
+inline std::vector<core::Config> default_space(const kernels::KernelFamily& f) {
+  std::vector<core::Config> configs{core::Config{}};
+  for (const auto& t : f.tunables()) {
+    std::vector<core::Config> next;
+    for (const auto& c : configs)
+      for (std::int64_t v : t.values) {
+        core::Config x = c;
+        x.values[t.name] = v;
+        next.push_back(x);
+      }
+    configs = std::move(next);
+  }
+  return configs;
+}
+
 inline std::string read_template(const std::string& file) {
   std::ifstream in(std::string(FT_SOURCE_DIR) + "/kernel_templates/" + file);
   std::stringstream ss;

@@ -39,17 +39,7 @@ TEST(TemplatesCompile, EveryAttnNaiveInstantiationForSm80AndSm90a) {
 TEST(TemplatesCompile, EverySoftmaxMatmulDefaultConfigForSm80AndSm90a) {
   const KernelFamily* f = find_family("softmax_matmul");
   ASSERT_NE(f, nullptr);
-  std::vector<core::Config> configs{core::Config{}};
-  for (const auto& t : f->tunables()) {
-    std::vector<core::Config> next;
-    for (const auto& c : configs)
-      for (std::int64_t v : t.values) {
-        core::Config n = c;
-        n.values[t.name] = v;
-        next.push_back(n);
-      }
-    configs = std::move(next);
-  }
+  const std::vector<core::Config> configs = testing::default_space(*f);
   const std::string source = testing::read_template(f->template_file());
   for (const std::string arch : {"sm_80", "sm_90a"}) {
     const auto limits = core::DeviceLimits::for_arch(arch);

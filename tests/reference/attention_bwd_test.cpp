@@ -177,6 +177,24 @@ void expect_grads_near(const AttnGrads& got, const AttnGrads& want, double tol) 
   EXPECT_LE(max_abs_diff(got.dsinks, want.dsinks), tol) << "dsinks";
 }
 
+// A variant at the given lengths, with fresh inputs and the naive forward's O and LSE.
+struct Case {
+  Variant var;
+  AttnShape s;
+  Inputs in;
+  std::vector<double> o, lse;
+  std::string label() const { return var.name + "_sq" + std::to_string(var.seq_q) + "_sk" + std::to_string(var.seq_k); }
+};
+
+Case make_case(Variant var, std::int64_t seq_q, std::int64_t seq_k, std::uint64_t seed) {
+  var.seq_q = seq_q;
+  var.seq_k = seq_k;
+  Case c{var, shape_of(var), {}, {}, {}};
+  c.in = make_inputs(c.s, var, seed);
+  attention_naive<double>(c.s, c.in.q, c.in.k, c.in.v, c.in.sinks, c.o, c.lse);
+  return c;
+}
+
 class AttentionBwdVariant : public ::testing::TestWithParam<Variant> {};
 
 // The oracle is the derivative: every analytic gradient matches central differences of L = sum(dO * O)
@@ -235,13 +253,11 @@ TEST_P(AttentionBwdVariant, TiledMatchesNaiveForEveryTileAndLength) {
   const std::vector<std::int64_t> tiles = {1, 3, 16, 64};
   std::uint64_t seed = 300;
   for (const auto& [sq, sk] : seqs) {
-    Variant var = base;
-    var.seq_q = sq;
-    var.seq_k = sk;
-    const AttnShape s = shape_of(var);
-    const Inputs in = make_inputs(s, var, seed += 10);
-    std::vector<double> o, lse;
-    attention_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse);
+    Case c = make_case(base, sq, sk, seed += 10);
+    const AttnShape& s = c.s;
+    const Inputs& in = c.in;
+    std::vector<double>& o = c.o;
+    std::vector<double>& lse = c.lse;
     for (const bool perturbed : {false, true}) {
       if (perturbed) {
         const std::vector<double> noise = uniform(o.size() + lse.size(), -0.1, 0.1, seed + 5);
@@ -252,8 +268,7 @@ TEST_P(AttentionBwdVariant, TiledMatchesNaiveForEveryTileAndLength) {
       attention_backward_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, want);
       for (std::int64_t bm : tiles)
         for (std::int64_t bn : tiles) {
-          SCOPED_TRACE(var.name + "_sq" + std::to_string(sq) + "_sk" + std::to_string(sk) + "_bm" +
-                       std::to_string(bm) + "_bn" + std::to_string(bn) + (perturbed ? "_perturbed" : ""));
+          SCOPED_TRACE(c.label() + "_bm" + std::to_string(bm) + "_bn" + std::to_string(bn) + (perturbed ? "_perturbed" : ""));
           AttnGrads g;
           attention_backward_tiled<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, bm, bn, g);
           expect_grads_near(g, want, 1e-12);
@@ -269,22 +284,15 @@ TEST_P(AttentionBwdVariant, SweepMatchesNaiveForEveryTileChunkAndLength) {
   const std::vector<std::pair<std::int64_t, std::int64_t>> seqs = {{base.seq_q, base.seq_k}, {1, 1}, {17, 29}, {29, 17}};
   std::uint64_t seed = 700;
   for (const auto& [sq, sk] : seqs) {
-    Variant var = base;
-    var.seq_q = sq;
-    var.seq_k = sk;
-    const AttnShape s = shape_of(var);
-    const Inputs in = make_inputs(s, var, seed += 10);
-    std::vector<double> o, lse;
-    attention_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse);
+    const Case c = make_case(base, sq, sk, seed += 10);
     AttnGrads want;
-    attention_backward_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, want);
+    attention_backward_naive<double>(c.s, c.in.q, c.in.k, c.in.v, c.in.sinks, c.o, c.lse, c.in.dout, want);
     for (const auto& [bm, bn] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 1}, {3, 5}, {4, 4}, {16, 8}})
       for (std::int64_t chunk : {1, 2, 3, 100}) {
-        SCOPED_TRACE(var.name + "_sq" + std::to_string(sq) + "_sk" + std::to_string(sk) + "_bm" + std::to_string(bm) +
-                     "_bn" + std::to_string(bn) + "_chunk" + std::to_string(chunk));
+        SCOPED_TRACE(c.label() + "_bm" + std::to_string(bm) + "_bn" + std::to_string(bn) + "_chunk" + std::to_string(chunk));
         AttnGrads g;
         SweepCost cost;
-        attention_backward_sweep<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, bm, bn, chunk, g, &cost);
+        attention_backward_sweep<double>(c.s, c.in.q, c.in.k, c.in.v, c.in.sinks, c.o, c.lse, c.in.dout, bm, bn, chunk, g, &cost);
         expect_grads_near(g, want, 1e-12);
         EXPECT_EQ(cost.split_products, 7 * cost.visible_tiles);
         // inside a chunk 5 products a tile, on a seam 4 + 3
@@ -295,13 +303,12 @@ TEST_P(AttentionBwdVariant, SweepMatchesNaiveForEveryTileChunkAndLength) {
 
 // A subset gives the full result on its rows and exact zeros elsewhere; dsinks is always whole.
 TEST_P(AttentionBwdVariant, RowsSubsetMatchesFullOnTheListedRows) {
-  Variant var = GetParam();
-  var.seq_q += 20;  // room for rows well inside the sequence
-  var.seq_k += 23;
-  const AttnShape s = shape_of(var);
-  const Inputs in = make_inputs(s, var, 41);
-  std::vector<double> o, lse;
-  attention_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse);
+  const Variant& var = GetParam();
+  const Case c = make_case(var, var.seq_q + 20, var.seq_k + 23, 41);  // room for rows well inside the sequence
+  const AttnShape& s = c.s;
+  const Inputs& in = c.in;
+  const std::vector<double>& o = c.o;
+  const std::vector<double>& lse = c.lse;
   AttnGrads full;
   attention_backward_naive<double>(s, in.q, in.k, in.v, in.sinks, o, lse, in.dout, full);
   const std::vector<std::int64_t> q_rows = {s.seq_q - 1, 0, 3, 3, s.seq_q / 2};
