@@ -116,6 +116,24 @@ __device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int
     }
 }
 
+// The same with a row -> destination map: row_dst(row) is the row's first element, or nullptr to skip it.
+template <typename T, int kMT, int kDT, typename RowDst>
+__device__ __forceinline__ void ft_store_rows_at(RowDst row_dst, int first_row, const float (&acc)[kMT][kDT][4],
+                                                 float mul) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      T* p = row_dst(first_row + mt * 16 + g + 8 * r);
+      if (!p) continue;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
+            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
+    }
+}
+
 // Accumulator rows below `rows` as fp32, unscaled, at base + row * kDT * 8 (a dense workspace).
 template <int kMT, int kDT>
 __device__ __forceinline__ void ft_store_rows_f32(float* base, int first_row, int rows, const float (&acc)[kMT][kDT][4]) {
@@ -399,8 +417,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // tiles of 16 query rows; the key tiles the rows can see stream through kStages (K, V) buffers:
 //   P = exp(S scale - LSE), dP = dO V^T, dS = P (dP - D), dQ += dS K;  dQ *= scale at the end.
 // kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
+// kPackHeads: query heads of one GQA group per block, as in the forward's wgmma kernel: block row r is query
+// m0 + r % kRowsPerHead of head h0 + r / kRowsPerHead (kRowsPerHead = kBlockM / kPackHeads), so each K/V
+// tile loaded serves kPackHeads heads and a windowed band stays narrow.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
-          int kMinBlocks>
+          int kMinBlocks, int kPackHeads = 1>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
@@ -409,12 +430,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                        long long k_sh, long long k_ss) {
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
+  static_assert(kPackHeads >= 1 && kBlockM % kPackHeads == 0, "block rows split evenly over the heads");
   enum : int {
     kThreads = kWarps * 32,
     kMTiles = kBlockM / (16 * kWarps),
     kNTiles = kBlockN / 8,
     kDTiles = kHeadDim / 8,
     kTileBytes = kBlockN * kHeadDim * 2,
+    kRowsPerHead = kBlockM / kPackHeads,
   };
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(128) unsigned char ft_smem[];
@@ -425,13 +448,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int h_kv = h / (heads_q / heads_kv);
-  const int m0 = m_block * kBlockM;
-  const int m1 = min(m0 + kBlockM, seq_q);
+  const int h0 = blockIdx.y * kPackHeads, b = blockIdx.z;  // the block's first query head
+  const int h_kv = h0 / (heads_q / heads_kv);
+  const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
+  const int m1 = min(m0 + kRowsPerHead, seq_q);
   const int warp_row0 = warp * kMTiles * 16;
+  // Block row lr: query row and query head.
+  auto query_of = [&](int lr) { return m0 + lr % kRowsPerHead; };
+  auto head_of = [&](int lr) { return h0 + lr / kRowsPerHead; };
+  auto row_off = [&](int lr) { return b * q_sb + head_of(lr) * q_sh + query_of(lr) * q_ss; };
 
-  const long long q_off = b * q_sb + h * q_sh + m0 * q_ss;
+  const long long q_off = b * q_sb + h0 * q_sh + m0 * q_ss;
   const T* k_head = k + b * k_sb + h_kv * k_sh;
   const T* v_head = v + b * k_sb + h_kv * k_sh;
   const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
@@ -444,8 +471,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     ft_load_tile<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
     ft_load_tile<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
   };
-  ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_q, q + q_off, q_ss, m1 - m0);
-  ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_do, dout + q_off, q_ss, m1 - m0);
+  if constexpr (kPackHeads == 1) {
+    ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_q, q + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_do, dout + q_off, q_ss, m1 - m0);
+  } else {
+    ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
+        smem_q, [&](int r) -> const T* { return query_of(r) < seq_q ? q + row_off(r) : nullptr; });
+    ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
+        smem_do, [&](int r) -> const T* { return query_of(r) < seq_q ? dout + row_off(r) : nullptr; });
+  }
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);
@@ -458,8 +492,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
-      const long long at = (static_cast<long long>(b) * heads_q + h) * seq_q + min(row, seq_q - 1);
+      const int lr = warp_row0 + mt * 16 + g + 8 * r;
+      const long long at = (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
       lse2[mt][r] = lse[at] * kLog2e;
       d_row[mt][r] = delta[at];
     }
@@ -489,7 +523,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           const int r = c >> 1;
-          const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
+          const int row = query_of(warp_row0 + mt * 16 + g + 8 * r);
           const int key = n0 + nt * 8 + 2 * t4 + (c & 1);
           const float p = ft_exp2(fmaf(s[mt][nt][c], scale_log2, -lse2[mt][r]));
           const bool vis = !need_mask || mask.visible(row, key);
@@ -502,7 +536,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
-  ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
+  if constexpr (kPackHeads == 1)
+    ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
+  else
+    ft_store_rows_at<T>([&](int lr) -> T* { return query_of(lr) < seq_q ? dq + row_off(lr) : nullptr; }, warp_row0,
+                        dq_acc, scale);
 }
 
 #include "attn_bwd_f32.cuh"   // fp32: exact FFMA and TF32 dkdv / dq

@@ -109,6 +109,19 @@ __device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long lo
   }
 }
 
+// The same for rows gathered one by one: row r of the tile is row_src(r), or zero-filled when that is
+// nullptr (rows of a head-packed tile come from different heads). row_src(0) must be a real row.
+template <int kRows, int kHeadDim, int kThreads, typename T, typename RowSrc>
+__device__ __forceinline__ void ft_load_rows(unsigned dst, RowSrc row_src) {
+  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks };
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const T* row = row_src(r);
+    ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(r, c), row ? row + c * 8 : row_src(0), row ? 16 : 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           bool kLearnedSinks>

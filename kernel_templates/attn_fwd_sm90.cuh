@@ -137,12 +137,29 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
   }
 }
 
+// Like ft_load_tile_sw128, but row r comes from row_src(r), a pointer or nullptr (zero-filled): the
+// rows of a head-packed Q tile belong to different heads.
+template <int kRows, int kHeadDim, int kThreads, typename T, typename RowSrc>
+__device__ __forceinline__ void ft_load_rows_sw128(unsigned dst, RowSrc row_src) {
+  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks };
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const T* row = row_src(r);
+    const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+    ft_cp_async16(dst + off, row ? row + c * 8 : row_src(0), row ? 16 : 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
 // kEpilogue: 1 = O written from the accumulators (4-byte stores); 2 = O staged in the Q tile's shared
 // memory, then written in 16-byte rows (fewer, fully used store sectors).
+// kPackHeads: query heads of one GQA group per block (they share its K/V head). Block row r is query
+// m0 + r % kRowsPerHead of head h0 + r / kRowsPerHead, kRowsPerHead = kBlockM / kPackHeads: the K/V tiles a
+// block loads serve kPackHeads heads, and a short query span keeps a windowed band narrow (GPT-OSS).
 template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, int kMinBlocks,
-          int kEpilogue, bool kCausal, bool kWindow, bool kLearnedSinks>
+          int kEpilogue, bool kCausal, bool kWindow, bool kLearnedSinks, int kPackHeads = 1>
 __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                           const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
@@ -154,9 +171,11 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is one m64nNk16 chain, N = 64 or 128");
   static_assert(kPipe == 1 || (kPipe == 2 && kStages >= 2), "kPipe 2 keeps two K/V tiles resident");
   static_assert(kEpilogue == 1 || kEpilogue == 2, "epilogue 1 (direct) or 2 (staged in shared memory)");
+  static_assert(kPackHeads >= 1 && (64 * kWarpgroups) % kPackHeads == 0, "block rows split evenly over the heads");
   enum : int {
     kThreads = kWarpgroups * 128,
     kBlockM = 64 * kWarpgroups,
+    kRowsPerHead = kBlockM / kPackHeads,  // queries per head in the block
     kNTiles = kBlockN / 8,              // 8-key accumulator tiles of S
     kKSteps = kHeadDim / 16,            // k16 steps of Q K^T
     kPSteps = kBlockN / 16,             // k16 steps of P V
@@ -176,12 +195,14 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   const int wg = warp / 4;
   const int g = lane / 4, t4 = lane % 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int h_kv = h / (heads_q / heads_kv);
-  const int m0 = m_block * kBlockM;
-  const int m1 = min(m0 + kBlockM, seq_q);
+  const int h0 = blockIdx.y * kPackHeads, b = blockIdx.z;  // first of the block's query heads
+  const int h_kv = h0 / (heads_q / heads_kv);
+  const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
+  const int m1 = min(m0 + kRowsPerHead, seq_q);
+  // Block row lr: query head and query row.
+  auto head_of = [](int lr) { return lr / kRowsPerHead; };
+  auto query_of = [&](int lr) { return m0 + lr % kRowsPerHead; };
 
-  const T* q_blk = q + b * q_sb + h * q_sh + m0 * q_ss;
   const T* k_head = k + b * k_sb + h_kv * k_sh;
   const T* v_head = v + b * v_sb + h_kv * v_sh;
 
@@ -195,23 +216,32 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
     ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
   };
-  ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(smem_q, q_blk, q_ss, m1 - m0);
+  if constexpr (kPackHeads == 1) {
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(smem_q, q + b * q_sb + h0 * q_sh + m0 * q_ss, q_ss, m1 - m0);
+  } else {
+    const T* q_b = q + b * q_sb;
+    ft_load_rows_sw128<kBlockM, kHeadDim, kThreads, T>(smem_q, [&](int r) -> const T* {
+      const int row = query_of(r);
+      return row < seq_q ? q_b + (h0 + head_of(r)) * q_sh + row * q_ss : nullptr;
+    });
+  }
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);
     ft_cp_async_commit();
   }
 
-  // This thread's rows: r0 = g and r0 + 8 of its warp's 16 inside the warpgroup's 64.
-  const int row0 = m0 + wg * 64 + (warp % 4) * 16 + g;
+  // This thread's rows: block rows lr0 = g and lr0 + 8 of its warp's 16 inside the warpgroup's 64, i.e.
+  // queries query_of(lr0 + 8 r) of heads h0 + head_of(lr0 + 8 r).
+  const int lr0 = wg * 64 + (warp % 4) * 16 + g;
   float acc[kHeadDim / 2];
 #pragma unroll
   for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.f;
-  float row_max[2], row_sum[2];
-  const float sink_log2 = kLearnedSinks ? sinks[h] * 1.4426950408889634f : kNegInf;
+  float row_max[2], row_sum[2], sink_log2[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_max[r] = kLearnedSinks ? sink_log2 / scale_log2 : kNegInf;
+    sink_log2[r] = kLearnedSinks ? sinks[h0 + head_of(lr0 + 8 * r)] * 1.4426950408889634f : kNegInf;
+    row_max[r] = kLearnedSinks ? sink_log2[r] / scale_log2 : kNegInf;
     row_sum[r] = 0.f;
   }
   const unsigned q_wg = smem_q + unsigned(wg * 64 * 128);  // this warpgroup's 64 rows in every Q slab
@@ -250,7 +280,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = row0 + 8 * r;
+      const int row = query_of(lr0 + 8 * r);
       float mx = kNegInf;
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
@@ -369,11 +399,11 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     l += __shfl_xor_sync(kFullMask, l, 2);
     const float m = row_max[r];
     const float base = m == kNegInf ? 0.f : m * scale_log2;
-    if (kLearnedSinks) l += ft_exp2(sink_log2 - base);
+    if (kLearnedSinks) l += ft_exp2(sink_log2[r] - base);
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = row0 + 8 * r;
+    const int lr = lr0 + 8 * r;  // row inside the block
+    const int row = query_of(lr), h = h0 + head_of(lr);
     if (kEpilogue == 2) {
-      const int lr = row - m0;  // row inside the block
 #pragma unroll
       for (int dt = 0; dt < kHeadDim / 8; ++dt) {
         const unsigned packed = FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
@@ -395,12 +425,12 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   }
   if (kEpilogue == 2) {
     __syncthreads();
-    T* o_blk = o + b * o_sb + h * o_sh + m0 * o_ss;
 #pragma unroll
     for (int idx = threadIdx.x; idx < kBlockM * kChunks; idx += kThreads) {
       const int lr = idx / kChunks, c = idx % kChunks;
-      if (m0 + lr < seq_q)
-        *reinterpret_cast<uint4*>(o_blk + lr * o_ss + c * 8) =
+      const int row = query_of(lr);
+      if (row < seq_q)
+        *reinterpret_cast<uint4*>(o + b * o_sb + (h0 + head_of(lr)) * o_sh + row * o_ss + c * 8) =
             *reinterpret_cast<const uint4*>(o_stage + lr * kRowBytes + ((c ^ (lr % 8)) * 16));
     }
   }

@@ -326,7 +326,7 @@ class AttnBwdGrad : public AttnBwdBase {
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
     LaunchShape s;
     s.grid[0] = unsigned(grid_x(c, p));
-    s.grid[1] = unsigned(grid_y(p));
+    s.grid[1] = unsigned(grid_y(c, p));
     s.grid[2] = unsigned(p.at("batch"));
     s.block[0] = unsigned(32 * c.at("num_warps"));
     s.dynamic_smem_bytes = unsigned(smem_bytes(c, p));
@@ -413,7 +413,7 @@ class AttnBwdGrad : public AttnBwdBase {
   virtual const char* owned() const = 0;
   virtual std::int64_t warp_rows(const core::Config& c) const = 0;
   virtual std::int64_t grid_x(const core::Config& c, const core::Problem& p) const = 0;
-  virtual std::int64_t grid_y(const core::Problem& p) const = 0;
+  virtual std::int64_t grid_y(const core::Config& c, const core::Problem& p) const = 0;
   virtual std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const = 0;
   virtual std::int64_t registers(const core::Config& c, const core::Problem& p) const = 0;
   virtual std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const = 0;
@@ -538,7 +538,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     b.push_back({"sink_partials", core::DType::f32,
                  2 * p.at("batch") * p.at("heads_kv") * slots * sink_rows(p) * p.at("head_dim"), BufferRole::workspace, 0, 0});
   }
-  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
+  std::int64_t grid_y(const core::Config&, const core::Problem& p) const override { return p.at("heads_kv"); }
   // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows); mma 90: each stage
   // rounded up to 1 KiB, plus 1 KiB to align the tiles to the 1024-byte swizzle atoms wgmma reads.
   std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
@@ -592,15 +592,26 @@ class AttnBwdDq final : public AttnBwdGrad {
   std::vector<TunableSpec> tunables() const override {
     auto t = AttnBwdGrad::tunables();
     t.push_back(min_blocks_tunable());
+    t.push_back({"pack_heads", {1},
+                 "query heads of one GQA group per block (a divisor of heads_q / heads_kv; fp16 / bf16): the block's "
+                 "block_m rows are block_m / pack_heads queries of each head, so each K/V tile serves pack_heads heads "
+                 "and a windowed band stays narrow (list 2..8 in the space to try it)"});
     return t;
   }
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
     if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
+    const std::int64_t pack = pack_heads(c), group = p.at("heads_q") / p.at("heads_kv");
+    if (pack != 1 && p.dtype == core::DType::f32) return "pack_heads > 1 is an fp16 / bf16 option; fp32 takes 1";
+    if (pack < 1 || group % pack != 0)
+      return "pack_heads " + n(pack) + " must divide the GQA group (heads_q / heads_kv = " + n(group) + ")";
+    if (c.at("block_m") % pack != 0) return "pack_heads " + n(pack) + " must divide block_m " + n(c.at("block_m"));
     // dQ (head_dim / 2), S and dP (block_n / 2 each) per 16-row tile of a warp
     return min_blocks_problem(c, p, d, c.at("block_m") / (16 * c.at("num_warps")) * (p.at("head_dim") / 2 + c.at("block_n")));
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    return with_min_blocks(AttnBwdGrad::specialize(c, p), c, p);
+    auto s = with_min_blocks(AttnBwdGrad::specialize(c, p), c, p);
+    if (pack_heads(c) > 1) s.name_expression.insert(s.name_expression.size() - 1, ", " + n(pack_heads(c)));
+    return s;
   }
   /// S, dP and dQ: 6 * head_dim per visible pair and query head.
   double flops(const core::Problem& p) const override {
@@ -612,10 +623,13 @@ class AttnBwdDq final : public AttnBwdGrad {
   std::string kernel() const override { return "attn_bwd_dq_kernel"; }
   const char* owned() const override { return "block_m"; }
   std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_m"); }
+  // pack_heads (fp16 / bf16): a block holds block_m / pack_heads queries of pack_heads heads.
+  static std::int64_t pack_heads(const core::Config& c) { return c.get("pack_heads", 1); }
   std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
-    return (p.at("seq_q") + c.at("block_m") - 1) / c.at("block_m");
+    const std::int64_t rows = c.at("block_m") / pack_heads(c);
+    return (p.at("seq_q") + rows - 1) / rows;
   }
-  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_q"); }
+  std::int64_t grid_y(const core::Config& c, const core::Problem& p) const override { return p.at("heads_q") / pack_heads(c); }
   // Q and dO tiles, then num_stages x (K tile, V tile).
   std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
     if (p.dtype == core::DType::f32) return attn_bwd_f32::smem_bytes(f32_stage(), c, p);
@@ -730,7 +744,7 @@ class AttnBwdFused final : public AttnBwdGrad {
   std::int64_t grid_x(const core::Config& c, const core::Problem& p) const override {
     return (p.at("seq_k") + c.at("block_n") - 1) / c.at("block_n");
   }
-  std::int64_t grid_y(const core::Problem& p) const override { return p.at("heads_kv"); }
+  std::int64_t grid_y(const core::Config&, const core::Problem& p) const override { return p.at("heads_kv"); }
   void add_workspace(const core::Problem& p, std::vector<BufferSpec>& b) const override {
     b.push_back({"dq_accum", core::DType::f32, elements_q(p), BufferRole::workspace, 0, 0});
   }

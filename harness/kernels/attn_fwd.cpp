@@ -17,11 +17,15 @@ const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 
 // Tunables added after the first configs were recorded: an older config means the kernel it ran. mma: the
 // tensor-core generation; mma_pipe: wgmma tiles in flight per warpgroup; epilogue: how the wgmma kernel
-// writes O (1 direct, 2 staged); min_blocks: blocks per SM it is compiled to fit (__launch_bounds__).
+// writes O (1 direct, 2 staged); min_blocks: blocks per SM it is compiled to fit (__launch_bounds__);
+// pack_heads: query heads of a GQA group sharing one wgmma block.
 std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
 std::int64_t pipe_of(const core::Config& c) { return c.get("mma_pipe", 1); }
 std::int64_t epilogue_of(const core::Config& c) { return c.get("epilogue", 1); }
 std::int64_t min_blocks_of(const core::Config& c) { return c.get("min_blocks", 1); }
+std::int64_t pack_of(const core::Config& c) { return c.get("pack_heads", 1); }
+// Query rows of one head in a block: block_m / pack_heads.
+std::int64_t rows_per_head(const core::Config& c) { return c.at("block_m") / pack_of(c); }
 
 class AttnFwd final : public attn::AttentionFamily {
  public:
@@ -52,6 +56,10 @@ class AttnFwd final : public attn::AttentionFamily {
         {"epilogue", {1},
          "mma 90 only: 1 = O stored from the accumulators (4-byte stores); 2 = O staged in shared memory and "
          "stored in 16-byte rows (list 2 in the space to try it)"},
+        {"pack_heads", {1},
+         "mma 90 only: query heads of one GQA group per block (a divisor of heads_q / heads_kv); the block's "
+         "block_m rows are block_m / pack_heads queries of each head, so its K/V tiles serve pack_heads heads "
+         "and a windowed band stays narrow (list 2..8 in the space to try it)"},
     };
   }
   // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:
@@ -61,17 +69,18 @@ class AttnFwd final : public attn::AttentionFamily {
             "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 64 || block_n == 128) && "
             "head_dim % 64 == 0)",
             "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90",
-            "epilogue == 1 || mma == 90"};
+            "epilogue == 1 || mma == 90", "pack_heads == 1 || mma == 90", "block_m % pack_heads == 0"};
   }
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
     const std::int64_t mma = mma_of(c);
     if (p.dtype == core::DType::f32)
-      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1
+      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1 && pack_of(c) == 1
                  ? attn_f32::can_run(c, p, d)
-                 : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 (wgmma) are fp16/bf16 options; fp32 uses "
-                                              "mma 80, mma_pipe 1, min_blocks 1, epilogue 1");
+                 : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) "
+                                              "are fp16/bf16 options; fp32 uses mma 80, mma_pipe 1, min_blocks 1, "
+                                              "epilogue 1, pack_heads 1");
     if (mma == 90) return wgmma_can_run(c, p, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
     const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
@@ -80,8 +89,8 @@ class AttnFwd final : public attn::AttentionFamily {
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     if (pipe_of(c) != 1) return "mma_pipe " + std::to_string(pipe_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
-    if (min_blocks_of(c) != 1 || epilogue_of(c) != 1)
-      return "min_blocks and epilogue are wgmma (mma 90) options; mma 80 takes 1";
+    if (min_blocks_of(c) != 1 || epilogue_of(c) != 1 || pack_of(c) != 1)
+      return "min_blocks, epilogue and pack_heads are wgmma (mma 90) options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = mma_smem(c, p);
     if (smem > d.max_shared_per_block_optin)
@@ -106,7 +115,8 @@ class AttnFwd final : public attn::AttentionFamily {
                   std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
                   std::to_string(min_blocks_of(c)) + ", " + std::to_string(epilogue_of(c)) + ", " +
                   bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
-                  bool_arg(p.get("learned_sinks", 0)) + ">",
+                  bool_arg(p.get("learned_sinks", 0)) +
+                  (pack_of(c) > 1 ? ", " + std::to_string(pack_of(c)) : std::string()) + ">",
               {}};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                 std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
@@ -118,8 +128,8 @@ class AttnFwd final : public attn::AttentionFamily {
 
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
     LaunchShape s;
-    s.grid[0] = unsigned((p.at("seq_q") + c.at("block_m") - 1) / c.at("block_m"));
-    s.grid[1] = unsigned(p.at("heads_q"));
+    s.grid[0] = unsigned((p.at("seq_q") + rows_per_head(c) - 1) / rows_per_head(c));
+    s.grid[1] = unsigned(p.at("heads_q") / pack_of(c));
     s.grid[2] = unsigned(p.at("batch"));
     s.block[0] = unsigned(32 * c.at("num_warps"));
     s.dynamic_smem_bytes = p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p)
@@ -176,6 +186,12 @@ class AttnFwd final : public attn::AttentionFamily {
     const std::int64_t pipe = pipe_of(c);
     if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
     if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
+    const std::int64_t pack = pack_of(c), group = p.at("heads_q") / p.at("heads_kv");
+    if (pack < 1 || group % pack != 0)
+      return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
+             std::to_string(group) + ")";
+    if (bm % pack != 0)
+      return "pack_heads " + std::to_string(pack) + " must divide block_m " + std::to_string(bm);
     const std::int64_t smem = wgmma_smem(c, p);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";

@@ -213,6 +213,39 @@ TEST(AttnBwdFamilies, DkdvWgmmaIsCheckedAndSpecialized) {
   EXPECT_EQ(dkdv.specialize(old, p).name_expression.rfind("attn_bwd_dkdv_kernel<", 0), 0u);
 }
 
+// pack_heads (attn_bwd_dq, fp16 / bf16): block_m / pack_heads queries of pack_heads heads of one GQA group
+// per block, after min_blocks in the name expression; the grid shrinks; what cannot be packed is turned away.
+TEST(AttnBwdFamilies, PackHeadsPacksAGqaGroupIntoOneDqBlock) {
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto& dq = fam("attn_bwd_dq");
+  const std::map<std::string, std::int64_t> gpt{{"batch", 3}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 300}, {"head_dim", 64},
+                                                {"causal", 1}, {"window", 128}, {"learned_sinks", 1}};
+  const auto p = problem(dq, gpt, core::DType::bf16);
+  auto cfg = [](std::int64_t bm, std::int64_t warps, std::int64_t pack) {
+    return core::Config{{{"block_m", bm}, {"block_n", 32}, {"num_warps", warps}, {"num_stages", 2}, {"min_blocks", 4},
+                         {"pack_heads", pack}}};
+  };
+  EXPECT_EQ(dq.can_run(cfg(64, 2, 4), p, sm90), std::nullopt);
+  EXPECT_EQ(dq.specialize(cfg(64, 2, 4), p).name_expression, "attn_bwd_dq_kernel<ft_bf16, 64, 64, 32, 2, 2, true, true, 4, 4>");
+  EXPECT_EQ(dq.specialize(cfg(64, 2, 1), p).name_expression, "attn_bwd_dq_kernel<ft_bf16, 64, 64, 32, 2, 2, true, true, 4>");
+  const auto s = dq.launch_shape(cfg(64, 2, 4), p, sm90);
+  EXPECT_EQ(s.grid[0], 19u);  // ceil(300 / 16 queries)
+  EXPECT_EQ(s.grid[1], 2u);   // 8 heads / 4 per block
+  EXPECT_EQ(s.grid[2], 3u);
+  EXPECT_EQ(dq.launch_shape(cfg(64, 2, 1), p, sm90).grid[1], 8u);
+  EXPECT_NE(dq.can_run(cfg(64, 2, 3), p, sm90).value_or("").find("must divide the GQA group (heads_q / heads_kv = 4)"),
+            std::string::npos);
+  auto mqa = gpt;
+  mqa["heads_q"] = 32, mqa["heads_kv"] = 1;
+  EXPECT_NE(dq.can_run(cfg(16, 1, 32), problem(dq, mqa, core::DType::bf16), sm90).value_or("").find("must divide block_m 16"),
+            std::string::npos);
+  EXPECT_EQ(dq.can_run(cfg(16, 1, 4), p, sm90), std::nullopt);  // 4 queries of 4 heads
+  const auto p32 = problem(dq, gpt, core::DType::f32);
+  auto c32 = cfg(32, 2, 2);
+  c32.values["min_blocks"] = 1;
+  EXPECT_NE(dq.can_run(c32, p32, sm90).value_or("").find("fp16 / bf16 option"), std::string::npos);
+}
+
 // min_blocks (attn_bwd_dq and attn_bwd_dkdv's mma 80, fp16 / bf16): the last template argument, checked
 // against threads, shared memory and registers per SM; capped, the kernel compiles into fewer registers.
 TEST(AttnBwdFamilies, MinBlocksCapsTheMmaSyncKernelsRegisters) {

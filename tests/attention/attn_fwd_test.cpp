@@ -222,3 +222,38 @@ TEST(AttnFwdCanRun, RejectsWithReasons) {
   EXPECT_EQ(s.block[0], 128u);
   EXPECT_EQ(s.dynamic_smem_bytes, (64u + 2 * 2 * 64) * 128 * 2);
 }
+
+// pack_heads (wgmma only): a block holds block_m / pack_heads queries of pack_heads query heads of one GQA
+// group; the grid shrinks accordingly, the name expression gains the count, and what cannot be packed is
+// turned away with a reason.
+TEST(AttnFwdCanRun, PackHeadsPacksAGqaGroupIntoOneWgmmaBlock) {
+  const auto d = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 2}, {"heads_q", 16}, {"heads_kv", 2}, {"seq_q", 1000}, {"head_dim", 64},
+                          {"causal", 1}, {"window", 128}, {"learned_sinks", 1}},
+                         core::DType::bf16);
+  auto cfg = [](std::int64_t bm, std::int64_t warps, std::int64_t pack) {
+    return core::Config{{{"block_m", bm}, {"block_n", 64}, {"num_warps", warps}, {"num_stages", 2}, {"mma", 90},
+                         {"pack_heads", pack}}};
+  };
+  EXPECT_EQ(fwd().can_run(cfg(128, 8, 8), p, d), std::nullopt);
+  const auto s = fwd().launch_shape(cfg(128, 8, 8), p, d);
+  EXPECT_EQ(s.grid[0], 63u);  // ceil(1000 / 16 queries)
+  EXPECT_EQ(s.grid[1], 2u);   // 16 heads / 8 per block
+  EXPECT_EQ(s.grid[2], 2u);
+  EXPECT_EQ(fwd().specialize(cfg(128, 8, 8), p).name_expression,
+            "attn_fwd_wgmma_kernel<ft_bf16, 64, 64, 2, 2, 1, 1, 1, true, true, true, 8>");
+  // pack 1, or no key: the name expression of the unpacked kernel (the template's default), one head per block
+  EXPECT_EQ(fwd().specialize(cfg(64, 4, 1), p).name_expression,
+            "attn_fwd_wgmma_kernel<ft_bf16, 64, 64, 1, 2, 1, 1, 1, true, true, true>");
+  EXPECT_EQ(fwd().launch_shape(cfg(64, 4, 1), p, d).grid[1], 16u);
+  EXPECT_NE(fwd().can_run(cfg(64, 4, 3), p, d).value_or("").find("must divide the GQA group (heads_q / heads_kv = 8)"),
+            std::string::npos);
+  const auto mha = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}}, core::DType::bf16);
+  EXPECT_NE(fwd().can_run(cfg(64, 4, 2), mha, d).value_or("").find("GQA group"), std::string::npos);
+  auto mma80 = cfg(64, 4, 2);
+  mma80.values["mma"] = 80;
+  EXPECT_NE(fwd().can_run(mma80, p, d).value_or("").find("pack_heads are wgmma"), std::string::npos);
+  const auto p32 = problem({{"batch", 1}, {"heads_q", 4}, {"heads_kv", 1}, {"seq_q", 100}, {"head_dim", 64}}, core::DType::f32);
+  mma80.values["block_m"] = 32, mma80.values["num_warps"] = 2;
+  EXPECT_NE(fwd().can_run(mma80, p32, d).value_or("").find("pack_heads 1"), std::string::npos);
+}
