@@ -1,8 +1,8 @@
 // kernel_templates/attn_fwd_sm90.cuh: the Hopper (sm_90a) kernel of the attn_fwd family, on warpgroup MMA.
 //
 // fp16 / bf16: attn_fwd_wgmma_kernel. One block per (64 x kWarpgroups query rows, query head, batch); each
-// warpgroup (4 warps) owns 64 query rows. K/V tiles of kBlockN keys stream through a cp.async pipeline of
-// kStages shared-memory buffers, stored in the 128-byte-swizzled layout wgmma reads (per 64 columns a
+// warpgroup (4 warps) owns 64 query rows. K/V tiles of kBlockN (16, 32, 64 or 128) keys stream through a
+// cp.async pipeline of kStages shared-memory buffers, stored in the 128-byte-swizzled layout wgmma reads (per 64 columns a
 // [rows][64] slab, 16-byte chunk c of row r at c ^ (r % 8)). S = Q K^T is one wgmma chain with Q and K read
 // from shared memory; P stays in registers and is the A operand of O += P V, V read N-major. Masking, tile
 // skipping and the online softmax in log2 are those of attn_fwd.cuh (attn_common.cuh). Chosen by the
@@ -42,6 +42,55 @@ __device__ __forceinline__ unsigned long long ft_wgmma_desc(unsigned addr, unsig
 // overwrites D.
 template <typename T, int kN>
 struct FtWgmma;
+// N = 16 and 32 (S = Q K^T over 16- or 32-key tiles; ss only: P V's N is the head dim).
+template <>
+struct FtWgmma<ft_half, 16> {
+  template <int kTransB, int kTransA = 0>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %12, %11;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  }
+};
+
+template <>
+struct FtWgmma<ft_bf16, 16> {
+  template <int kTransB, int kTransA = 0>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %12, %11;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  }
+};
+
+template <>
+struct FtWgmma<ft_half, 32> {
+  template <int kTransB, int kTransA = 0>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %20, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  }
+};
+
+template <>
+struct FtWgmma<ft_bf16, 32> {
+  template <int kTransB, int kTransA = 0>
+  static __device__ __forceinline__ void ss(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %20, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB), "n"(kTransA));
+  }
+};
+
 template <>
 struct FtWgmma<ft_half, 64> {
   template <int kTransB, int kTransA = 0>
@@ -168,7 +217,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
                           long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
                           long long o_sh, long long o_ss) {
   static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
-  static_assert(kBlockN == 64 || kBlockN == 128, "S = Q K^T is one m64nNk16 chain, N = 64 or 128");
+  static_assert(kBlockN == 16 || kBlockN == 32 || kBlockN == 64 || kBlockN == 128,
+                "S = Q K^T is one m64nNk16 chain, N = 16, 32, 64 or 128");
   static_assert(kPipe == 1 || (kPipe == 2 && kStages >= 2), "kPipe 2 keeps two K/V tiles resident");
   static_assert(kEpilogue == 1 || kEpilogue == 2, "epilogue 1 (direct) or 2 (staged in shared memory)");
   static_assert(kPackHeads >= 1 && (64 * kWarpgroups) % kPackHeads == 0, "block rows split evenly over the heads");

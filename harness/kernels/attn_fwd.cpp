@@ -45,7 +45,7 @@ class AttnFwd final : public attn::AttentionFamily {
         {"num_stages", {1, 2, 3}, "K/V tiles in flight (cp.async pipeline depth)"},
         {"mma", {80, 90},
          "fp16/bf16 tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a "
-         "warpgroup of 4 warps per 64 query rows, block_n 64 or 128, head_dim a multiple of 64)"},
+         "warpgroup of 4 warps per 64 query rows, block_n 16, 32, 64 or 128, head_dim a multiple of 64)"},
         {"mma_pipe", {1, 2},
          "mma 90 only: 1 = Q K^T, softmax and P V one after the other; 2 = P V of tile i - 1 on the tensor "
          "cores while the softmax of tile i runs (needs num_stages >= 2)"},
@@ -66,7 +66,7 @@ class AttnFwd final : public attn::AttentionFamily {
   // 64 rows per warpgroup, S = Q K^T one m64nNk16 chain with N = block_n, rows of 128-byte slabs).
   std::vector<std::string> constraints() const override {
     return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
-            "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 64 || block_n == 128) && "
+            "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128) && "
             "head_dim % 64 == 0)",
             "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90",
             "epilogue == 1 || mma == 90", "pack_heads == 1 || mma == 90", "block_m % pack_heads == 0"};
@@ -180,7 +180,7 @@ class AttnFwd final : public attn::AttentionFamily {
     if (warps % 4 != 0 || bm != 16 * warps)
       return "mma 90: block_m " + std::to_string(bm) + " must be 64 rows per warpgroup (16 x num_warps " +
              std::to_string(warps) + ")";
-    if (bn != 64 && bn != 128) return "mma 90: block_n must be 64 or 128";
+    if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 90: block_n must be 16, 32, 64 or 128";
     if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     const std::int64_t pipe = pipe_of(c);

@@ -223,6 +223,40 @@ TEST(AttnFwdCanRun, RejectsWithReasons) {
   EXPECT_EQ(s.dynamic_smem_bytes, (64u + 2 * 2 * 64) * 128 * 2);
 }
 
+// block_n 16 and 32 on wgmma (m64n16k16 / m64n32k16 for Q K^T, P V in one or two k16 steps): short windowed
+// rows waste fewer keys on thin tiles. Both compile for sm_90a without spills on the GPT-OSS variant, packed
+// and unpacked; other tile widths are turned away with a reason.
+TEST(AttnFwdCompile, WgmmaKeyTilesOf16And32CompileWithoutSpills) {
+  const auto d = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 1}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 333}, {"head_dim", 64},
+                          {"causal", 1}, {"window", 128}, {"learned_sinks", 1}},
+                         core::DType::bf16);
+  jit::Compiler compiler(std::nullopt);
+  const auto headers = jit::template_headers(std::nullopt);
+  const std::string source = jit::load_template("attn_fwd.cuh", std::nullopt);
+  for (std::int64_t bn : {16, 32})
+    for (std::int64_t pack : {1, 4}) {
+      const core::Config c{{{"block_m", 64}, {"block_n", bn}, {"num_warps", 4}, {"num_stages", 2}, {"mma", 90},
+                            {"mma_pipe", 2}, {"pack_heads", pack}}};
+      ASSERT_EQ(fwd().can_run(c, p, d), std::nullopt) << bn << " " << pack;
+      const auto spec = fwd().specialize(c, p);
+      EXPECT_NE(spec.name_expression.find("attn_fwd_wgmma_kernel<ft_bf16, 64, " + std::to_string(bn) + ", 1, 2, 2,"),
+                std::string::npos)
+          << spec.name_expression;
+      jit::CompileRequest req;
+      req.source = source;
+      req.source_name = "attn_fwd.cuh";
+      req.name_expression = spec.name_expression;
+      req.arch = "sm_90a";
+      req.headers = headers;
+      const auto out = compiler.compile(req);
+      ASSERT_TRUE(out.record.ok) << spec.name_expression << "\n" << out.record.log;
+      EXPECT_EQ(out.record.resources.spill_store_bytes, 0) << spec.name_expression;
+    }
+  const core::Config odd{{{"block_m", 64}, {"block_n", 48}, {"num_warps", 4}, {"num_stages", 1}, {"mma", 90}}};
+  EXPECT_NE(fwd().can_run(odd, p, d).value_or("").find("block_n must be 16, 32, 64 or 128"), std::string::npos);
+}
+
 // pack_heads (wgmma only): a block holds block_m / pack_heads queries of pack_heads query heads of one GQA
 // group; the grid shrinks accordingly, the name expression gains the count, and what cannot be packed is
 // turned away with a reason.
