@@ -26,6 +26,7 @@ enum : int { kMajorVersion = 0, kMinorVersion = 1, kPatchLevel = 2 };  // librar
 
 using CreateFn = Status (*)(Handle*);
 using SetStreamFn = Status (*)(Handle, CUstream);
+using SetWorkspaceFn = Status (*)(Handle, void*, std::size_t);
 using GetPropertyFn = Status (*)(int, int*);
 using GetStatusTextFn = const char* (*)(Status);
 using GemmStridedBatchedExFn = Status (*)(Handle, int, int, int, int, int, const void*, const void*, int, int,
@@ -61,6 +62,7 @@ struct Table {
   void* lib = nullptr;
   abi::CreateFn create = nullptr;
   abi::SetStreamFn set_stream = nullptr;
+  abi::SetWorkspaceFn set_workspace = nullptr;   // may stay null (before CUDA 11.2)
   abi::GetPropertyFn get_property = nullptr;
   abi::GetStatusTextFn status_name = nullptr;    // may stay null (older libraries)
   abi::GetStatusTextFn status_string = nullptr;  // may stay null
@@ -96,6 +98,7 @@ Loaded load(const std::vector<std::string>& candidates, bool keep) {
     t.set_stream = reinterpret_cast<abi::SetStreamFn>(sym("cublasSetStream_v2"));
     t.get_property = reinterpret_cast<abi::GetPropertyFn>(sym("cublasGetProperty"));
     t.gemm = reinterpret_cast<abi::GemmStridedBatchedExFn>(sym("cublasGemmStridedBatchedEx"));
+    t.set_workspace = reinterpret_cast<abi::SetWorkspaceFn>(dlsym(lib, "cublasSetWorkspace_v2"));
     t.status_name = reinterpret_cast<abi::GetStatusTextFn>(dlsym(lib, "cublasGetStatusName"));
     t.status_string = reinterpret_cast<abi::GetStatusTextFn>(dlsym(lib, "cublasGetStatusString"));
     if (!missing.empty()) {
@@ -162,6 +165,7 @@ struct HandleCache {
   std::uint64_t generation = ~std::uint64_t(0);
   abi::Handle handle = nullptr;
   CUstream stream = nullptr;
+  bool own_workspace = false;  // a caller's workspace is set (cublasSetStream gives back the default pool)
 };
 
 HandleCache& handle_cache() {
@@ -234,6 +238,9 @@ void gemm(const StridedBatchedGemm& g, CUstream stream) {
   const int batch = as_int(g.batch, "batch");
   if (g.tf32 && (g.a_type != core::DType::f32 || g.b_type != core::DType::f32))
     throw core::Error("gemm: tf32 applies to f32 operands only");
+  if (g.workspace && g.workspace_bytes <= 0) throw core::Error("gemm: a workspace needs workspace_bytes > 0");
+  if (g.workspace && !t.set_workspace)
+    throw core::Error("gemm: this cuBLAS (" + cublas_library().path + ") has no cublasSetWorkspace (CUDA 11.2+)");
 
   CUcontext ctx = nullptr;
   FT_CHECK_CU(driver().cuCtxGetCurrent(&ctx));
@@ -247,10 +254,17 @@ void gemm(const StridedBatchedGemm& g, CUstream stream) {
     cache.handle = h, cache.ctx = ctx, cache.generation = context_generation(), cache.stream = nullptr;
     FT_CHECK_CUBLAS("cublasSetStream", t.set_stream(cache.handle, stream));
     cache.stream = stream;
-  } else if (cache.stream != stream) {
+    cache.own_workspace = false;
+  } else if (cache.stream != stream || (cache.own_workspace && !g.workspace)) {
     // Only on a change: cublasSetStream also resets the handle's workspace to the default pool.
     FT_CHECK_CUBLAS("cublasSetStream", t.set_stream(cache.handle, stream));
     cache.stream = stream;
+    cache.own_workspace = false;
+  }
+  if (g.workspace) {
+    FT_CHECK_CUBLAS("cublasSetWorkspace", t.set_workspace(cache.handle, reinterpret_cast<void*>(g.workspace),
+                                                          std::size_t(g.workspace_bytes)));
+    cache.own_workspace = true;
   }
   const int compute = g.tf32 ? abi::kCompute32FFastTF32 : abi::kCompute32F;
   const std::string what = "cublasGemmStridedBatchedEx(m " + std::to_string(m) + ", n " + std::to_string(n) +

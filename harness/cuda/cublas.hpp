@@ -68,6 +68,11 @@ struct StridedBatchedGemm {
   std::int64_t lda = 0, ldb = 0, ldc = 0;                 ///< [elements]
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  ///< [elements] between batch entries
   bool tf32 = false;
+  /// A workspace of the caller's for cuBLAS (cublasSetWorkspace), as PyTorch hands its handles one from its
+  /// own allocator; 0: cuBLAS's default pool. The handle goes back to the default pool at the next call that
+  /// names none, so the memory need only live until this GEMM has run.
+  CUdeviceptr workspace = 0;
+  std::int64_t workspace_bytes = 0;  ///< [bytes] > 0 when workspace is set
 };
 
 /// Enqueues `g` on `stream` in the context current on the calling thread, through a cuBLAS handle made

@@ -3,9 +3,12 @@
 #include "harness/kernels/attention.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <numeric>
 #include <set>
 
+#include "harness/cuda/cublas.hpp"
 #include "reference/dtype.hpp"
 
 namespace flashtune::kernels::attn {
@@ -105,7 +108,7 @@ std::vector<BufferSpec> AttentionFamily::buffers(const core::Problem& p) const {
 
 double AttentionFamily::bytes_moved(const core::Problem& p) const {
   double n = 0;
-  for (const auto& b : buffers(p)) n += double(b.elements) * double(core::dtype_size(b.dtype));
+  for (const auto& b : AttentionFamily::buffers(p)) n += double(b.elements) * double(core::dtype_size(b.dtype));
   return n;
 }
 
@@ -163,6 +166,104 @@ double AttentionFamily::default_atol(const core::Problem& p) const {
     case core::DType::f32: break;
   }
   return p.get("tf32", 0) ? 2e-3 : 2e-5;
+}
+
+const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
+
+const char* storage_type(core::DType d) {
+  switch (d) {
+    case core::DType::f32: return "float";
+    case core::DType::f16: return "ft_half";
+    case core::DType::bf16: return "ft_bf16";
+  }
+  throw core::Error("storage_type: unknown dtype");
+}
+
+std::int64_t score_rows(const core::Problem& p) { return p.at("batch") * p.at("heads_q") * p.at("seq_q"); }
+
+bool has_rows_without_keys(const core::Problem& p) { return p.get("causal", 0) != 0 && p.at("seq_q") > p.at("seq_k"); }
+
+std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch) {
+  if (rows > INT_MAX) return "the GEMMs' " + std::to_string(rows) + " query rows must fit cuBLAS's int (< 2^31)";
+  if (batch > INT_MAX) return "the GEMMs' batch of " + std::to_string(batch) + " must fit cuBLAS's int (< 2^31)";
+  return std::nullopt;
+}
+
+double rounded_scores_atol(const core::Problem& p, double base, int roundings) {
+  if (p.dtype == core::DType::f32) return base;
+  const double u = p.dtype == core::DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double r = double(p.get("qk_range", 1));
+  return base + double(roundings) * 2.0 * u * 1.5 * r * r;
+}
+
+// Row-major X (r x c) is column-major X^T with the same leading dimension, so per group:
+// S^T (seq_k x rows) = K (seq_k x d, i.e. col-major d x seq_k transposed) * Q^T (d x rows).
+void gemm_scores(const ScoreGemms& g, void* stream) {
+  cuda::StridedBatchedGemm qk;
+  qk.op_a = cuda::GemmOp::t, qk.op_b = cuda::GemmOp::n;
+  qk.m = g.seq_k, qk.n = g.rows, qk.k = g.head_dim, qk.batch = g.groups;
+  qk.alpha = g.scale;
+  qk.a = g.k, qk.a_type = g.dtype, qk.lda = g.head_dim, qk.stride_a = g.seq_k * g.head_dim;
+  qk.b = g.q, qk.b_type = g.dtype, qk.ldb = g.head_dim, qk.stride_b = g.rows * g.head_dim;
+  qk.c = g.s, qk.c_type = g.s_dtype, qk.ldc = g.seq_k, qk.stride_c = g.rows * g.seq_k;
+  qk.tf32 = g.tf32;
+  qk.workspace = g.workspace, qk.workspace_bytes = g.workspace_bytes;
+  cuda::gemm(qk, static_cast<CUstream>(stream));
+}
+
+// O^T (d x rows) = V^T (d x seq_k) * P^T (seq_k x rows).
+void gemm_output(const ScoreGemms& g, void* stream) {
+  const std::int64_t ld_p = g.ld_p > 0 ? g.ld_p : g.seq_k;
+  cuda::StridedBatchedGemm pv;
+  pv.op_a = cuda::GemmOp::n, pv.op_b = cuda::GemmOp::n;
+  pv.m = g.head_dim, pv.n = g.rows, pv.k = g.seq_k, pv.batch = g.groups;
+  pv.a = g.v, pv.a_type = g.dtype, pv.lda = g.head_dim, pv.stride_a = g.seq_k * g.head_dim;
+  pv.b = g.p, pv.b_type = g.p_dtype, pv.ldb = ld_p, pv.stride_b = g.rows * ld_p;
+  pv.c = g.o, pv.c_type = g.dtype, pv.ldc = g.head_dim, pv.stride_c = g.rows * g.head_dim;
+  pv.tf32 = g.tf32;
+  pv.workspace = g.workspace, pv.workspace_bytes = g.workspace_bytes;
+  cuda::gemm(pv, static_cast<CUstream>(stream));
+}
+
+void expect_buffers(const LaunchEnv& env, std::size_t n, const std::string& who) {
+  if (env.buffers.size() != n)
+    throw core::Error(who + ".launch: expects " + std::to_string(n) + " buffers, got " + std::to_string(env.buffers.size()));
+}
+
+WorkspacePlan plan_workspace(const std::vector<LiveTensor>& tensors, std::int64_t granule) {
+  auto rounded = [&](std::int64_t b) { return (b + granule - 1) / granule * granule; };
+  WorkspacePlan plan;
+  plan.offsets.assign(tensors.size(), 0);
+  int last_step = 0;
+  for (const auto& t : tensors) last_step = std::max(last_step, t.dies);
+  for (int step = 0; step <= last_step; ++step) {
+    std::int64_t live = 0;
+    for (const auto& t : tensors)
+      if (t.born <= step && step <= t.dies) live += rounded(t.bytes);
+    plan.peak = std::max(plan.peak, live);
+  }
+  std::vector<std::size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), std::size_t(0));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tensors[a].bytes > tensors[b].bytes; });
+  std::vector<std::size_t> placed;
+  for (std::size_t i : order) {
+    const auto& t = tensors[i];
+    // The placed tensors alive at the same time, by offset: take the lowest gap that fits.
+    std::vector<std::size_t> rivals;
+    for (std::size_t j : placed)
+      if (tensors[j].born <= t.dies && t.born <= tensors[j].dies) rivals.push_back(j);
+    std::sort(rivals.begin(), rivals.end(), [&](std::size_t a, std::size_t b) { return plan.offsets[a] < plan.offsets[b]; });
+    std::int64_t at = 0;
+    for (std::size_t j : rivals) {
+      if (plan.offsets[j] >= at + rounded(t.bytes)) break;
+      at = std::max(at, plan.offsets[j] + rounded(tensors[j].bytes));
+    }
+    plan.offsets[i] = at;
+    plan.bytes = std::max(plan.bytes, at + rounded(t.bytes));
+    placed.push_back(i);
+  }
+  return plan;
 }
 
 }  // namespace flashtune::kernels::attn

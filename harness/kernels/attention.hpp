@@ -1,7 +1,8 @@
 // harness/kernels/attention.hpp: what every attention forward family shares (DESIGN.md "Attention
 // conventions"): the problem (dims, optional switches and their defaults), the buffers Q, K, V, sinks ->
 // O, LSE, the visible-pair FLOP count, the byte count, the tolerance and the reference, which checks a
-// sample of query rows when the whole problem is too large for the host.
+// sample of query rows when the whole problem is too large for the host; and what the materialized-score
+// baselines (attn_naive, attn_eager) share: their cuBLAS GEMMs, size checks, tolerance and workspace plan.
 #pragma once
 
 #include <optional>
@@ -26,6 +27,68 @@ std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget);
 
 inline constexpr double kReferenceBudget = 4e8;  ///< multiply-adds per reference precision
 
+/// A template argument: "true" / "false".
+const char* bool_arg(std::int64_t v);
+/// The kernel templates' storage type of a dtype: "float", "ft_half", "ft_bf16".
+const char* storage_type(core::DType d);
+
+/// Query rows of the score matrix: batch * heads_q * seq_q.
+std::int64_t score_rows(const core::Problem& p);
+
+/// True when some query row sees no key (causal with seq_q > seq_k: rows i < seq_q - seq_k).
+bool has_rows_without_keys(const core::Problem& p);
+
+/// nullopt when cuBLAS's int arguments hold a baseline's GEMMs: `rows` query rows per GEMM (a GQA group's
+/// rows, or one head's), `batch` GEMMs per call; else why not.
+std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch);
+
+/// The tolerance of a baseline that rounds S to the problem dtype `roundings` times before the softmax
+/// (f32: none): each rounding moves a logit by up to u |S| (u: the unit roundoff, 2^-11 fp16, 2^-8 bf16),
+/// LSE by up to u max|S| and O by up to 2 u max|S| (O is a convex combination of V in [-1, 1]). With Q, K
+/// in [-r, r] the scaled logits have standard deviation r^2 / 3, so max|S| ~ 1.5 r^2 (4.5 sigma).
+double rounded_scores_atol(const core::Problem& p, double base, int roundings);
+
+/// The two GEMMs of a materialized-score baseline, batched over `groups` (batch, kv head) pairs whose
+/// `rows` query rows are contiguous in Q, S, P and O (GQA: a group's query heads one after another; with
+/// K and V repeated per query head, groups = batch * heads_q and rows = seq_q). Device addresses.
+struct ScoreGemms {
+  std::uint64_t q = 0, k = 0, v = 0, s = 0, p = 0, o = 0;
+  core::DType dtype = core::DType::f32;    ///< Q, K, V, O
+  core::DType s_dtype = core::DType::f32;  ///< S as the QK^T GEMM writes it
+  core::DType p_dtype = core::DType::f32;  ///< P as the PV GEMM reads it
+  std::int64_t groups = 1, rows = 1, seq_k = 1, head_dim = 1;
+  std::int64_t ld_p = 0;  ///< [elements] between rows of P; 0: seq_k
+  float scale = 1.0f;     ///< S = scale * Q K^T, applied in fp32 before S is rounded
+  bool tf32 = false;
+  std::uint64_t workspace = 0;       ///< cuBLAS workspace (0: cuBLAS's own pool)
+  std::int64_t workspace_bytes = 0;  ///< [bytes]
+};
+/// Enqueue S = scale * Q K^T (cuBLAS strided batched GEMM) on `stream` (a CUstream); may throw CublasError.
+void gemm_scores(const ScoreGemms& g, void* stream);
+/// Enqueue O = P V on `stream`.
+void gemm_output(const ScoreGemms& g, void* stream);
+
+/// Throws core::Error naming `who` unless env holds `n` buffers.
+void expect_buffers(const LaunchEnv& env, std::size_t n, const std::string& who);
+
+/// One intermediate tensor of an eager computation: its size and the steps in which it is live
+/// (allocated at step `born`, freed after step `dies`).
+struct LiveTensor {
+  std::string name;
+  std::int64_t bytes = 0;  ///< [bytes]
+  int born = 0, dies = 0;
+};
+/// Where each tensor lies in one workspace allocation, as a caching allocator reuses freed blocks: sizes
+/// are rounded up to `granule` bytes, and tensors whose lives overlap never share bytes.
+struct WorkspacePlan {
+  std::vector<std::int64_t> offsets;  ///< [bytes] per tensor, in the given order
+  std::int64_t bytes = 0;             ///< [bytes] the allocation: the end of the highest tensor
+  std::int64_t peak = 0;              ///< [bytes] the most bytes live at one step (a lower bound on `bytes`)
+};
+/// Places the largest tensors first, each at the lowest offset free during its life (greedy by size); on
+/// the baselines' plans this meets the peak (tests/kernels/attn_eager_test.cpp).
+WorkspacePlan plan_workspace(const std::vector<LiveTensor>& tensors, std::int64_t granule);
+
 /// The shared part of an attention forward family. Required dims: batch, heads_q, seq_q, head_dim;
 /// optional: heads_kv (= heads_q), seq_k (= seq_q), causal, window, sink_tokens, learned_sinks, tf32
 /// (f32 only: TF32 tensor cores instead of exact FFMA), qk_range (Q and K drawn from [-r, r]: large
@@ -41,7 +104,8 @@ class AttentionFamily : public KernelFamily {
   /// q, k, v (problem dtype), sinks (heads_q, f32; read only with learned_sinks) -> o (problem dtype),
   /// lse (batch, heads_q, seq_q, f32, natural log).
   std::vector<BufferSpec> buffers(const core::Problem& p) const override;
-  /// Q, K, V and sinks read once, O and LSE written once.
+  /// Q, K, V and sinks read once, O and LSE written once (a baseline's workspace traffic is its cost, not
+  /// part of the work, so GB/s compare across families).
   double bytes_moved(const core::Problem& p) const override;
   /// 4 * head_dim per visible (query, key) pair per query head.
   double flops(const core::Problem& p) const override;

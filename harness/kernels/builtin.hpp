@@ -11,6 +11,7 @@ std::unique_ptr<KernelFamily> make_weighted_row_sum_family();  ///< weighted_row
 std::unique_ptr<KernelFamily> make_softmax_family();           ///< softmax.cpp
 std::unique_ptr<KernelFamily> make_attn_fwd_family();          ///< attn_fwd.cpp
 std::unique_ptr<KernelFamily> make_attn_naive_family();        ///< attn_naive.cpp
+std::unique_ptr<KernelFamily> make_attn_eager_family();        ///< attn_eager.cpp
 std::unique_ptr<KernelFamily> make_softmax_matmul_family();    ///< softmax_matmul.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family();  ///< attn_bwd.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family();        ///< attn_bwd.cpp

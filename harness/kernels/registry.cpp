@@ -15,6 +15,7 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     v.push_back(make_softmax_family());
     v.push_back(make_attn_fwd_family());
     v.push_back(make_attn_naive_family());
+    v.push_back(make_attn_eager_family());
     v.push_back(make_softmax_matmul_family());
     v.push_back(make_attn_bwd_preprocess_family());
     v.push_back(make_attn_bwd_dkdv_family());

@@ -1,5 +1,6 @@
 // tests/kernels/templates_compile_test.cpp (cpu, slow): every instantiation of the attn_naive softmax
-// kernel (storage type x block_threads x causal x window x learned sinks) and every config of
+// kernel (storage type x block_threads x causal x window x learned sinks), of the attn_eager op kernel
+// (storage type x block_threads x causal x window) and every config of
 // softmax_matmul's default space that can run (x dtype) compile with NVRTC for sm_80 and sm_90a without
 // spills. Instantiations are compiled explicitly, a few NVRTC calls in parallel per arch.
 #include <gtest/gtest.h>
@@ -33,6 +34,32 @@ TEST(TemplatesCompile, EveryAttnNaiveInstantiationForSm80AndSm90a) {
     EXPECT_EQ(r.entries, int(inst.size())) << arch;
     EXPECT_EQ(r.spilling, 0) << arch << "\n" << r.record.log;
     EXPECT_LE(r.max_registers, 64) << arch << ": a row-softmax kernel needs few registers";
+  }
+}
+
+TEST(TemplatesCompile, EveryAttnEagerInstantiationForSm80AndSm90a) {
+  const KernelFamily* f = find_family("attn_eager");
+  ASSERT_NE(f, nullptr);
+  std::vector<std::int64_t> threads;
+  for (const auto& t : f->tunables())
+    if (t.name == "block_threads") threads = t.values;
+  ASSERT_FALSE(threads.empty());
+  std::vector<std::string> inst;
+  for (const char* t : {"float", "ft_half", "ft_bf16"})
+    for (std::int64_t n : threads)
+      for (int flags = 0; flags < 4; ++flags) {
+        auto b = [&](int bit) { return (flags >> bit) & 1 ? "true" : "false"; };
+        inst.push_back(std::string("template __global__ void attn_eager_kernel<") + t + ", " + std::to_string(n) + ", " +
+                       b(0) + ", " + b(1) +
+                       ">(int, const void*, const void*, void*, long long, int, int, int, int, int, int, int, int, "
+                       "int, float);");
+      }
+  const std::string source = testing::read_template(f->template_file());
+  for (const std::string arch : {"sm_80", "sm_90a"}) {
+    const auto r = testing::compile_instantiations_parallel(source, f->template_file(), inst, arch);
+    ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log;
+    EXPECT_EQ(r.entries, int(inst.size())) << arch;
+    EXPECT_EQ(r.spilling, 0) << arch << "\n" << r.record.log;
   }
 }
 

@@ -1,5 +1,5 @@
 // tests/results/grade_test.cpp: flashtune grade on the fixture database: the grader's pass/fail lines per
-// test case, the failing GQA case with its reason, and the benchmark table against attn_naive.
+// test case, the failing GQA case with its reason, and the benchmark table against attn_naive and attn_eager.
 #include <gtest/gtest.h>
 
 #include "tests/results/results_fixture.hpp"
@@ -31,8 +31,40 @@ TEST(Grade, PrintsTheGradersLinesAndTheBenchmarkAgainstNaive) {
                    "attn_fwd (flashtune)      | 0.4000               | 0.0039              \n"),
             std::string::npos)
       << o;
-  EXPECT_NE(o.find("attn_fwd is 40.00x faster than attn_naive.\nattn_fwd uses 256.00x less memory.\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("attn_fwd is 40.00x faster than attn_naive.\nattn_fwd uses 256.00x less memory than attn_naive.\n"),
+            std::string::npos)
+      << o;
   EXPECT_EQ(o.find("Problem 2"), std::string::npos) << "no weighted_row_sum trials in the fixture";
+}
+
+// The seeds' table (B1 H16 L4096 D16 fp16, non-causal): PyTorch (Naive) 10.6512 ms and 3.0162 GB, Triton
+// 0.2424 ms and 0.0157 GB, "43.94x faster", "191.54x less memory". attn_eager's row comes first, with the
+// byte count its workspace model gives on that shape (attn_eager_test.cpp), and each baseline gets its lines.
+TEST(Grade, ListsAttnEagerAsPyTorchBesideAttnNaive) {
+  Temp tmp("grade_eager");
+  const std::string db = (tmp.dir / "g.sqlite").string();
+  {
+    flashtune::db::Store store(db);
+    const auto run = begin_fixture_run(store);
+    const auto p = attn_problem(4096, 0);
+    const flashtune::core::Config threads{{{"block_threads", 256}}};
+    store.record_trial(make_trial(run, "attn_fwd", p, attn_config(64, 64, 4), TrialStatus::ok, 0.2424, 0.01, 16908288));
+    store.record_trial(make_trial(run, "attn_eager", p, threads, TrialStatus::ok, 10.6512, 0.01, 3238658112));
+    store.record_trial(make_trial(run, "attn_naive", p, threads, TrialStatus::ok, 0.75, 0.01, 545259520));
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("grade --db " + db);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string& o = r.out;
+  EXPECT_NE(o.find("attn_eager (PyTorch)      | 10.6512              | 3.0162              \n"
+                   "attn_naive (naive)        | 0.7500               | 0.5078              \n"
+                   "attn_fwd (flashtune)      | 0.2424               | 0.0157              \n"),
+            std::string::npos)
+      << o;
+  EXPECT_NE(o.find("attn_fwd is 43.94x faster than attn_eager.\nattn_fwd uses 191.54x less memory than attn_eager.\n"
+                   "attn_fwd is 3.09x faster than attn_naive.\nattn_fwd uses 32.25x less memory than attn_naive.\n"),
+            std::string::npos)
+      << o;
 }
 
 TEST(Grade, SaysWhatToRunOnAnEmptyDatabase) {

@@ -1,0 +1,151 @@
+// kernel_templates/attn_eager.cuh: the element-wise and row operations of the attn_eager baseline, which
+// replays eager PyTorch's naive attention (the seeds' "PyTorch (Naive)") op for op; the two matmuls are
+// cuBLAS calls made by the host (harness/kernels/attn_eager.cpp). One kernel, one PyTorch op per launch:
+// `op` picks the operation, each reads its operands and writes a buffer of its own (or its output in
+// place where PyTorch's op is in place: masked_fill_, exp_, log_, add_), so every intermediate the eager
+// code holds is materialized here too. Values of AttnEagerOp match the host's EagerOp.
+//
+// Element-wise ops stride over n elements; row ops run one block per row (blocks stride over rows) and
+// reduce in fp32 like PyTorch's CUDA softmax and reductions. The softmax is PyTorch's: max, sum of
+// exp(x - max), exp(x - max) / sum; a row that is all -inf therefore gives NaN, as torch.softmax does.
+#include "attn_common.cuh"
+
+enum AttnEagerOp : int {
+  kEagerRepeatKv = 0,    // out[b, h, s, :] = a[b, h / group, s, :]; n = batch * heads_q * seq_k * head_dim
+  kEagerScale = 1,       // out = T(float(a) * scale)
+  kEagerMask = 2,        // out (bool, seq_q x seq_k) = key j visible to query i
+  kEagerNot = 3,         // out (bool) = !a
+  kEagerMaskedFill = 4,  // out (T, in place) = -inf where b (bool, seq_q x seq_k, broadcast) is set
+  kEagerCatSink = 5,     // out (f32, rows x (cols + 1)) = [float(a) (T, rows x cols), sinks[head]] (b: sinks)
+  kEagerToFloat = 6,     // out (f32) = float(a), a of type T
+  kEagerSoftmax = 7,     // out (f32) row = softmax(a row); a is f32 when a_f32, else T; n = rows
+  kEagerToDtype = 8,     // out (T) = T(a), a f32
+  kEagerRowMax = 9,      // out[r] = max_j a[r, j] (f32); n = rows
+  kEagerZeroInf = 10,    // out[r] = 0 where |out[r]| == inf (f32, in place)
+  kEagerSubRow = 11,     // out[r, j] = a[r, j] - b[r] (f32)
+  kEagerExp = 12,        // out = exp(out) (f32, in place)
+  kEagerRowSum = 13,     // out[r] = sum_j a[r, j] (f32); n = rows
+  kEagerLog = 14,        // out = log(out) (f32, in place)
+  kEagerAdd = 15,        // out = out + a (f32, in place)
+};
+
+// A block's reduction of one value per thread: warp shuffles, then the warps' results in shared memory.
+// kMax: maximum, else sum. Every thread of the block gets the result.
+template <int kBlockThreads, bool kMax>
+__device__ __forceinline__ float eager_block_reduce(float v, float* scratch) {
+  constexpr int kWarps = kBlockThreads / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // scratch may still be read from the previous reduction
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float all = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) all = kMax ? fmaxf(all, scratch[w]) : all + scratch[w];
+  return all;
+}
+
+// T: the problem's storage type (float, ft_half, ft_bf16). The mask flags only matter to kEagerMask.
+template <typename T, int kBlockThreads, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__(kBlockThreads, 1)
+    attn_eager_kernel(int op, const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
+                      long long n, int cols, int a_f32, int heads_q, int group, int seq_q, int seq_k, int head_dim,
+                      int window, int sink_tokens, float scale) {
+  static_assert(kBlockThreads % 32 == 0 && kBlockThreads >= 32 && kBlockThreads <= 1024,
+                "whole warps, at most 1024 threads");
+  __shared__ float scratch[kBlockThreads / 32];
+  const float inf = __int_as_float(0x7f800000);
+  const long long first = static_cast<long long>(blockIdx.x) * kBlockThreads + threadIdx.x;
+  const long long stride = static_cast<long long>(gridDim.x) * kBlockThreads;
+  const T* at = static_cast<const T*>(a);
+  const float* af = static_cast<const float*>(a);
+  const float* bf = static_cast<const float*>(b);
+  const unsigned char* ab = static_cast<const unsigned char*>(a);
+  const unsigned char* bb = static_cast<const unsigned char*>(b);
+  T* ot = static_cast<T*>(out);
+  float* of = static_cast<float*>(out);
+  unsigned char* ob = static_cast<unsigned char*>(out);
+
+  switch (op) {
+    case kEagerRepeatKv: {
+      // out is (batch, heads_q, seq_k, head_dim); its head h copies kv head h / group of a.
+      const long long per_head = static_cast<long long>(seq_k) * head_dim;
+      for (long long e = first; e < n; e += stride) {
+        const long long bh = e / per_head, bkv = bh / heads_q * (heads_q / group) + bh % heads_q / group;
+        ot[e] = at[bkv * per_head + e % per_head];
+      }
+      break;
+    }
+    case kEagerScale:
+      for (long long e = first; e < n; e += stride) ot[e] = from_float<T>(to_float(at[e]) * scale);
+      break;
+    case kEagerMask: {
+      const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+      for (long long e = first; e < n; e += stride) ob[e] = mask.visible(int(e / seq_k), int(e % seq_k)) ? 1 : 0;
+      break;
+    }
+    case kEagerNot:
+      for (long long e = first; e < n; e += stride) ob[e] = ab[e] ? 0 : 1;
+      break;
+    case kEagerMaskedFill: {
+      const long long plane = static_cast<long long>(seq_q) * seq_k;
+      for (long long e = first; e < n; e += stride)
+        if (bb[e % plane]) ot[e] = from_float<T>(-inf);
+      break;
+    }
+    case kEagerCatSink:
+      for (long long e = first; e < n; e += stride) {
+        const long long r = e / (cols + 1);
+        const int c = static_cast<int>(e % (cols + 1));
+        of[e] = c < cols ? to_float(at[r * cols + c]) : bf[(r / seq_q) % heads_q];
+      }
+      break;
+    case kEagerToFloat:
+      for (long long e = first; e < n; e += stride) of[e] = to_float(at[e]);
+      break;
+    case kEagerToDtype:
+      for (long long e = first; e < n; e += stride) ot[e] = from_float<T>(af[e]);
+      break;
+    case kEagerZeroInf:
+      for (long long e = first; e < n; e += stride)
+        if (fabsf(of[e]) == inf) of[e] = 0.0f;
+      break;
+    case kEagerSubRow:
+      for (long long e = first; e < n; e += stride) of[e] = af[e] - bf[e / cols];
+      break;
+    case kEagerExp:
+      for (long long e = first; e < n; e += stride) of[e] = expf(of[e]);
+      break;
+    case kEagerLog:
+      for (long long e = first; e < n; e += stride) of[e] = logf(of[e]);
+      break;
+    case kEagerAdd:
+      for (long long e = first; e < n; e += stride) of[e] += af[e];
+      break;
+    case kEagerSoftmax:
+      for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+        const long long base = row * cols;
+        auto x = [&](int j) { return a_f32 ? af[base + j] : to_float(at[base + j]); };
+        float m = -inf;
+        for (int j = threadIdx.x; j < cols; j += kBlockThreads) m = fmaxf(m, x(j));
+        const float row_max = eager_block_reduce<kBlockThreads, true>(m, scratch);
+        float l = 0.0f;
+        for (int j = threadIdx.x; j < cols; j += kBlockThreads) l += expf(x(j) - row_max);
+        const float row_sum = eager_block_reduce<kBlockThreads, false>(l, scratch);
+        for (int j = threadIdx.x; j < cols; j += kBlockThreads) of[base + j] = expf(x(j) - row_max) / row_sum;
+      }
+      break;
+    case kEagerRowMax:
+    case kEagerRowSum:
+      for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+        const float* x = af + row * cols;
+        float v = op == kEagerRowMax ? -inf : 0.0f;
+        for (int j = threadIdx.x; j < cols; j += kBlockThreads) v = op == kEagerRowMax ? fmaxf(v, x[j]) : v + x[j];
+        const float all = op == kEagerRowMax ? eager_block_reduce<kBlockThreads, true>(v, scratch)
+                                             : eager_block_reduce<kBlockThreads, false>(v, scratch);
+        if (threadIdx.x == 0) of[row] = all;
+      }
+      break;
+    default:
+      break;
+  }
+}
