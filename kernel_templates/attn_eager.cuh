@@ -5,7 +5,8 @@
 // place where PyTorch's op is in place: masked_fill_, exp_, log_, add_), so every intermediate the eager
 // code holds is materialized here too. Values of AttnEagerOp match the host's EagerOp.
 //
-// Element-wise ops stride over n elements; row ops run one block per row (blocks stride over rows) and
+// Element-wise ops stride over n elements; row ops (softmax, row max / sum, and masked_fill and the row
+// subtraction, which so need no 64-bit division per element) run one block per row (blocks stride over rows) and
 // reduce in fp32 like PyTorch's CUDA softmax and reductions. The softmax is PyTorch's: max, sum of
 // exp(x - max), exp(x - max) / sum; a row that is all -inf therefore gives NaN, as torch.softmax does.
 #include "attn_common.cuh"
@@ -15,14 +16,14 @@ enum AttnEagerOp : int {
   kEagerScale = 1,       // out = T(float(a) * scale)
   kEagerMask = 2,        // out (bool, seq_q x seq_k) = key j visible to query i
   kEagerNot = 3,         // out (bool) = !a
-  kEagerMaskedFill = 4,  // out (T, in place) = -inf where b (bool, seq_q x seq_k, broadcast) is set
+  kEagerMaskedFill = 4,  // out (T, in place) = -inf where b (bool, seq_q x seq_k, broadcast) is set; n = rows
   kEagerCatSink = 5,     // out (f32, rows x (cols + 1)) = [float(a) (T, rows x cols), sinks[head]] (b: sinks)
   kEagerToFloat = 6,     // out (f32) = float(a), a of type T
   kEagerSoftmax = 7,     // out (f32) row = softmax(a row); a is f32 when a_f32, else T; n = rows
   kEagerToDtype = 8,     // out (T) = T(a), a f32
   kEagerRowMax = 9,      // out[r] = max_j a[r, j] (f32); n = rows
   kEagerZeroInf = 10,    // out[r] = 0 where |out[r]| == inf (f32, in place)
-  kEagerSubRow = 11,     // out[r, j] = a[r, j] - b[r] (f32)
+  kEagerSubRow = 11,     // out[r, j] = a[r, j] - b[r] (f32); n = rows
   kEagerExp = 12,        // out = exp(out) (f32, in place)
   kEagerRowSum = 13,     // out[r] = sum_j a[r, j] (f32); n = rows
   kEagerLog = 14,        // out = log(out) (f32, in place)
@@ -86,12 +87,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     case kEagerNot:
       for (long long e = first; e < n; e += stride) ob[e] = ab[e] ? 0 : 1;
       break;
-    case kEagerMaskedFill: {
-      const long long plane = static_cast<long long>(seq_q) * seq_k;
-      for (long long e = first; e < n; e += stride)
-        if (bb[e % plane]) ot[e] = from_float<T>(-inf);
+    case kEagerMaskedFill:  // a row op: the mask row of a score row is its query's, no division per element
+      for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+        const unsigned char* m = bb + (row % seq_q) * seq_k;
+        T* o = ot + row * seq_k;
+        for (int j = threadIdx.x; j < seq_k; j += kBlockThreads)
+          if (m[j]) o[j] = from_float<T>(-inf);
+      }
       break;
-    }
     case kEagerCatSink:
       for (long long e = first; e < n; e += stride) {
         const long long r = e / (cols + 1);
@@ -109,8 +112,13 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       for (long long e = first; e < n; e += stride)
         if (fabsf(of[e]) == inf) of[e] = 0.0f;
       break;
-    case kEagerSubRow:
-      for (long long e = first; e < n; e += stride) of[e] = af[e] - bf[e / cols];
+    case kEagerSubRow:  // a row op, as masked_fill
+      for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+        const float* x = af + row * cols;
+        float* o = of + row * cols;
+        const float row_max = bf[row];
+        for (int j = threadIdx.x; j < cols; j += kBlockThreads) o[j] = x[j] - row_max;
+      }
       break;
     case kEagerExp:
       for (long long e = first; e < n; e += stride) of[e] = expf(of[e]);

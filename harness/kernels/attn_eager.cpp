@@ -166,7 +166,8 @@ class AttnEager final : public attn::AttentionFamily {
     for (int t = 0; t < eager::kNumTensors; ++t) e.buffers.push_back(at(eager::Tensor(t)));
     auto ws = [&](eager::Tensor t) { return base + int(t); };
     auto run = [&](EagerOp op, int a, int bb, int out, std::int64_t count, std::int64_t row_len, bool a_f32 = false) {
-      const bool row_op = op == EagerOp::softmax || op == EagerOp::row_max || op == EagerOp::row_sum;
+      const bool row_op = op == EagerOp::softmax || op == EagerOp::row_max || op == EagerOp::row_sum ||
+                          op == EagerOp::masked_fill || op == EagerOp::sub_row;
       const std::int64_t threads = env.shape.block[0];
       const std::int64_t blocks = row_op ? count : (count + threads - 1) / threads;
       const unsigned grid[3] = {unsigned(std::clamp<std::int64_t>(blocks, 1, INT_MAX)), 1, 1};
@@ -196,7 +197,7 @@ class AttnEager final : public attn::AttentionFamily {
     if (masked) {
       run(EagerOp::mask, ws(eager::kMask), ws(eager::kMask), ws(eager::kMask), sq * sk, 0);
       run(EagerOp::logical_not, ws(eager::kMask), ws(eager::kMask), ws(eager::kNotMask), sq * sk, 0);
-      run(EagerOp::masked_fill, ws(eager::kS), ws(eager::kNotMask), ws(eager::kS), n, 0);
+      run(EagerOp::masked_fill, ws(eager::kS), ws(eager::kNotMask), ws(eager::kS), rows, sk);
     }
     int scores = ws(eager::kS);  // the softmax's input and logsumexp's
     bool scores_f32 = f32;
@@ -226,7 +227,7 @@ class AttnEager final : public attn::AttentionFamily {
     }
     run(EagerOp::row_max, s32, s32, ws(eager::kMaxes), rows, cols, true);
     run(EagerOp::zero_inf, ws(eager::kMaxes), ws(eager::kMaxes), ws(eager::kMaxes), rows, 0);
-    run(EagerOp::sub_row, s32, ws(eager::kMaxes), ws(eager::kDiff), rows * cols, cols);
+    run(EagerOp::sub_row, s32, ws(eager::kMaxes), ws(eager::kDiff), rows, cols);
     run(EagerOp::exp, ws(eager::kDiff), ws(eager::kDiff), ws(eager::kDiff), rows * cols, 0);
     run(EagerOp::row_sum, ws(eager::kDiff), ws(eager::kDiff), attn::kLse, rows, cols, true);
     run(EagerOp::log, attn::kLse, attn::kLse, attn::kLse, rows, 0);
