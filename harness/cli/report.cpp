@@ -124,7 +124,7 @@ std::vector<Plot> perf_plots(const std::vector<TrialRow>& best) {
     const std::string unit = flops ? "TFLOP/s" : "GB/s";
     Plot p{"perf_vs_" + xname, "", "", ""};
     p.title = unit + " of the best config per problem against " + xname + (common.empty() ? "" : " (" + common + ")") +
-              "; attn_naive is the naive baseline; dashed and dotted lines: the GPU's published peaks";
+              "; attn_naive and attn_eager are the naive baselines; dashed and dotted lines: the GPU's published peaks";
     std::ostringstream data, plot;
     double top = 0;
     int idx = 0;
