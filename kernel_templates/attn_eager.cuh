@@ -5,8 +5,10 @@
 // place where PyTorch's op is in place: masked_fill_, exp_, log_, add_), so every intermediate the eager
 // code holds is materialized here too. Values of AttnEagerOp match the host's EagerOp.
 //
-// Element-wise ops stride over n elements; row ops (softmax, row max / sum, and masked_fill and the row
-// subtraction, which so need no 64-bit division per element) run one block per row (blocks stride over rows) and
+// Element-wise ops stride over n elements (the big ones, scale, casts and exp, four consecutive elements per
+// thread in one vector access, as PyTorch's vectorized element-wise kernels do); row ops (softmax, row max /
+// sum, and masked_fill and the row subtraction, which so need no 64-bit division per element) run one block
+// per row (blocks stride over rows, four elements per access where the row length allows) and
 // reduce in fp32 like PyTorch's CUDA softmax and reductions. The softmax is PyTorch's: max, sum of
 // exp(x - max), exp(x - max) / sum; a row that is all -inf therefore gives NaN, as torch.softmax does.
 #include "attn_common.cuh"
@@ -45,6 +47,33 @@ __device__ __forceinline__ float eager_block_reduce(float v, float* scratch) {
   return all;
 }
 
+// Four consecutive elements p[e .. e + 4) as floats, as one vector access when `vec` (the caller knows
+// p + e is 4-element aligned: every buffer starts 512-byte aligned, and e is a multiple of 4 from a row
+// start whose length is a multiple of 4), else element by element up to n. Returns how many were read.
+template <typename T>
+__device__ __forceinline__ int eager_load4(const T* p, long long e, long long n, bool vec, float (&x)[4]) {
+  if (vec && e + 4 <= n) {
+    const FtVec<T, 4> v = load_vec<T, 4>(p + e);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = to_float(v.v[k]);
+    return 4;
+  }
+  int c = 0;
+  for (; c < 4 && e + c < n; ++c) x[c] = to_float(p[e + c]);
+  return c;
+}
+template <typename T>
+__device__ __forceinline__ void eager_store4(T* p, long long e, int count, bool vec, const float (&x)[4]) {
+  if (vec && count == 4) {
+    FtVec<T, 4> v;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v.v[k] = from_float<T>(x[k]);
+    store_vec<T, 4>(p + e, v);
+    return;
+  }
+  for (int c = 0; c < count; ++c) p[e + c] = from_float<T>(x[c]);
+}
+
 // T: the problem's storage type (float, ft_half, ft_bf16). The mask flags only matter to kEagerMask.
 template <typename T, int kBlockThreads, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kBlockThreads, 1)
@@ -76,8 +105,14 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
       }
       break;
     }
-    case kEagerScale:
-      for (long long e = first; e < n; e += stride) ot[e] = from_float<T>(to_float(at[e]) * scale);
+    case kEagerScale:  // a 4-wide op: each thread takes four consecutive elements
+      for (long long e = 4 * first; e < n; e += 4 * stride) {
+        float x[4];
+        const int c = eager_load4(at, e, n, true, x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[k] *= scale;
+        eager_store4(ot, e, c, true, x);
+      }
       break;
     case kEagerMask: {
       const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
@@ -87,14 +122,30 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     case kEagerNot:
       for (long long e = first; e < n; e += stride) ob[e] = ab[e] ? 0 : 1;
       break;
-    case kEagerMaskedFill:  // a row op: the mask row of a score row is its query's, no division per element
+    case kEagerMaskedFill: {  // a row op: the mask row of a score row is its query's, no division per element
+      const bool vec = seq_k % 4 == 0;
       for (long long row = blockIdx.x; row < n; row += gridDim.x) {
         const unsigned char* m = bb + (row % seq_q) * seq_k;
         T* o = ot + row * seq_k;
-        for (int j = threadIdx.x; j < seq_k; j += kBlockThreads)
-          if (m[j]) o[j] = from_float<T>(-inf);
+        for (int j = 4 * threadIdx.x; j < seq_k; j += 4 * kBlockThreads) {
+          float x[4];
+          const int c = eager_load4(o, j, seq_k, vec, x);
+          unsigned char mk[4] = {0, 0, 0, 0};
+          if (vec && c == 4) {
+            const FtVec<unsigned char, 4> mv = load_vec<unsigned char, 4>(m + j);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mk[k] = mv.v[k];
+          } else {
+            for (int k = 0; k < c; ++k) mk[k] = m[j + k];
+          }
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            if (mk[k]) x[k] = -inf;
+          eager_store4(o, j, c, vec, x);
+        }
       }
       break;
+    }
     case kEagerCatSink:
       for (long long e = first; e < n; e += stride) {
         const long long r = e / (cols + 1);
@@ -102,26 +153,44 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
         of[e] = c < cols ? to_float(at[r * cols + c]) : bf[(r / seq_q) % heads_q];
       }
       break;
-    case kEagerToFloat:
-      for (long long e = first; e < n; e += stride) of[e] = to_float(at[e]);
+    case kEagerToFloat:  // 4-wide
+      for (long long e = 4 * first; e < n; e += 4 * stride) {
+        float x[4];
+        eager_store4(of, e, eager_load4(at, e, n, true, x), true, x);
+      }
       break;
-    case kEagerToDtype:
-      for (long long e = first; e < n; e += stride) ot[e] = from_float<T>(af[e]);
+    case kEagerToDtype:  // 4-wide
+      for (long long e = 4 * first; e < n; e += 4 * stride) {
+        float x[4];
+        eager_store4(ot, e, eager_load4(af, e, n, true, x), true, x);
+      }
       break;
     case kEagerZeroInf:
       for (long long e = first; e < n; e += stride)
         if (fabsf(of[e]) == inf) of[e] = 0.0f;
       break;
-    case kEagerSubRow:  // a row op, as masked_fill
+    case kEagerSubRow: {  // a row op, as masked_fill
+      const bool vec = cols % 4 == 0;
       for (long long row = blockIdx.x; row < n; row += gridDim.x) {
-        const float* x = af + row * cols;
-        float* o = of + row * cols;
         const float row_max = bf[row];
-        for (int j = threadIdx.x; j < cols; j += kBlockThreads) o[j] = x[j] - row_max;
+        for (int j = 4 * threadIdx.x; j < cols; j += 4 * kBlockThreads) {
+          float x[4];
+          const int c = eager_load4(af + row * cols, j, cols, vec, x);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) x[k] -= row_max;
+          eager_store4(of + row * cols, j, c, vec, x);
+        }
       }
       break;
-    case kEagerExp:
-      for (long long e = first; e < n; e += stride) of[e] = expf(of[e]);
+    }
+    case kEagerExp:  // 4-wide
+      for (long long e = 4 * first; e < n; e += 4 * stride) {
+        float x[4];
+        const int c = eager_load4(of, e, n, true, x);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[k] = expf(x[k]);
+        eager_store4(of, e, c, true, x);
+      }
       break;
     case kEagerLog:
       for (long long e = first; e < n; e += stride) of[e] = logf(of[e]);
@@ -129,25 +198,44 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
     case kEagerAdd:
       for (long long e = first; e < n; e += stride) of[e] += af[e];
       break;
-    case kEagerSoftmax:
+    case kEagerSoftmax: {  // rows read 4 elements at a time
+      const bool vec = cols % 4 == 0;
       for (long long row = blockIdx.x; row < n; row += gridDim.x) {
         const long long base = row * cols;
-        auto x = [&](int j) { return a_f32 ? af[base + j] : to_float(at[base + j]); };
+        auto load = [&](int j, float (&x)[4]) {
+          return a_f32 ? eager_load4(af + base, j, cols, vec, x) : eager_load4(at + base, j, cols, vec, x);
+        };
+        float x[4];
         float m = -inf;
-        for (int j = threadIdx.x; j < cols; j += kBlockThreads) m = fmaxf(m, x(j));
+        for (int j = 4 * threadIdx.x; j < cols; j += 4 * kBlockThreads) {
+          const int c = load(j, x);
+          for (int k = 0; k < c; ++k) m = fmaxf(m, x[k]);
+        }
         const float row_max = eager_block_reduce<kBlockThreads, true>(m, scratch);
         float l = 0.0f;
-        for (int j = threadIdx.x; j < cols; j += kBlockThreads) l += expf(x(j) - row_max);
+        for (int j = 4 * threadIdx.x; j < cols; j += 4 * kBlockThreads) {
+          const int c = load(j, x);
+          for (int k = 0; k < c; ++k) l += expf(x[k] - row_max);
+        }
         const float row_sum = eager_block_reduce<kBlockThreads, false>(l, scratch);
-        for (int j = threadIdx.x; j < cols; j += kBlockThreads) of[base + j] = expf(x(j) - row_max) / row_sum;
+        for (int j = 4 * threadIdx.x; j < cols; j += 4 * kBlockThreads) {
+          const int c = load(j, x);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) x[k] = expf(x[k] - row_max) / row_sum;
+          eager_store4(of + base, j, c, vec, x);
+        }
       }
       break;
+    }
     case kEagerRowMax:
     case kEagerRowSum:
       for (long long row = blockIdx.x; row < n; row += gridDim.x) {
-        const float* x = af + row * cols;
         float v = op == kEagerRowMax ? -inf : 0.0f;
-        for (int j = threadIdx.x; j < cols; j += kBlockThreads) v = op == kEagerRowMax ? fmaxf(v, x[j]) : v + x[j];
+        for (int j = 4 * threadIdx.x; j < cols; j += 4 * kBlockThreads) {
+          float x[4];
+          const int c = eager_load4(af + row * cols, j, cols, cols % 4 == 0, x);
+          for (int k = 0; k < c; ++k) v = op == kEagerRowMax ? fmaxf(v, x[k]) : v + x[k];
+        }
         const float all = op == kEagerRowMax ? eager_block_reduce<kBlockThreads, true>(v, scratch)
                                              : eager_block_reduce<kBlockThreads, false>(v, scratch);
         if (threadIdx.x == 0) of[row] = all;

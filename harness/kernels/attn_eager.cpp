@@ -169,7 +169,9 @@ class AttnEager final : public attn::AttentionFamily {
       const bool row_op = op == EagerOp::softmax || op == EagerOp::row_max || op == EagerOp::row_sum ||
                           op == EagerOp::masked_fill || op == EagerOp::sub_row;
       const std::int64_t threads = env.shape.block[0];
-      const std::int64_t blocks = row_op ? count : (count + threads - 1) / threads;
+      const bool wide = op == EagerOp::scale || op == EagerOp::to_float || op == EagerOp::to_dtype || op == EagerOp::exp;
+      const std::int64_t per_block = threads * (wide ? 4 : 1);  // wide ops: four elements per thread
+      const std::int64_t blocks = row_op ? count : (count + per_block - 1) / per_block;
       const unsigned grid[3] = {unsigned(std::clamp<std::int64_t>(blocks, 1, INT_MAX)), 1, 1};
       std::vector<std::uint64_t> slots;
       std::vector<void*> pointers;
