@@ -189,6 +189,14 @@ std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batc
   return std::nullopt;
 }
 
+std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d) {
+  const std::int64_t t = c.at("block_threads");
+  if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
+  if (t > d.max_threads_per_block)
+    return "block_threads " + std::to_string(t) + " > " + std::to_string(d.max_threads_per_block) + " per block";
+  return std::nullopt;
+}
+
 double rounded_scores_atol(const core::Problem& p, double base, int roundings) {
   if (p.dtype == core::DType::f32) return base;
   const double u = p.dtype == core::DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);

@@ -42,6 +42,9 @@ bool has_rows_without_keys(const core::Problem& p);
 /// rows, or one head's), `batch` GEMMs per call; else why not.
 std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch);
 
+/// nullopt when a baseline's `block_threads` (whole warps, within the device's block limit) can launch; else why not.
+std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d);
+
 /// The tolerance of a baseline that rounds S to the problem dtype `roundings` times before the softmax
 /// (f32: none): each rounding moves a logit by up to u |S| (u: the unit roundoff, 2^-11 fp16, 2^-8 bf16),
 /// LSE by up to u max|S| and O by up to 2 u max|S| (O is a convex combination of V in [-1, 1]). With Q, K

@@ -107,10 +107,7 @@ class AttnEager final : public attn::AttentionFamily {
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
-    const std::int64_t t = c.at("block_threads");
-    if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
-    if (t > d.max_threads_per_block)
-      return "block_threads " + std::to_string(t) + " > " + std::to_string(d.max_threads_per_block) + " per block";
+    if (auto why = attn::check_block_threads(c, d)) return why;
     // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
     // pass rule there by construction, so such problems are not run.
     if (attn::has_rows_without_keys(p) && p.get("learned_sinks", 0) == 0)

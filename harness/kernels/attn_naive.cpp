@@ -42,11 +42,7 @@ class AttnNaive final : public attn::AttentionFamily {
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem&,
                                      const core::DeviceLimits& d) const override {
-    const std::int64_t t = c.at("block_threads");
-    if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
-    if (t > d.max_threads_per_block)
-      return "block_threads " + std::to_string(t) + " > " + std::to_string(d.max_threads_per_block) + " per block";
-    return std::nullopt;
+    return attn::check_block_threads(c, d);
   }
 
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {

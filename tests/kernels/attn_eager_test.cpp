@@ -14,19 +14,11 @@
 namespace flashtune::kernels {
 namespace {
 
-const KernelFamily& family() {
-  const KernelFamily* f = find_family("attn_eager");
-  if (!f) throw core::Error("attn_eager is not registered");
-  return *f;
-}
+const KernelFamily& family() { return testing::registered_family("attn_eager"); }
 
 core::Problem problem(core::DType d, std::int64_t b, std::int64_t hq, std::int64_t hkv, std::int64_t sq,
                       std::int64_t sk, std::int64_t hd, std::map<std::string, std::int64_t> extra = {}) {
-  core::Problem p{{{"batch", b}, {"heads_q", hq}, {"heads_kv", hkv}, {"seq_q", sq}, {"seq_k", sk}, {"head_dim", hd}}, d};
-  for (const auto& o : family().optional_problem_dims()) p.dims.emplace(o.name, o.fallback);
-  for (const auto& [k, v] : extra) p.dims[k] = v;
-  family().complete_problem(p);
-  return p;
+  return testing::attention_problem(family(), d, b, hq, hkv, sq, sk, hd, extra);
 }
 
 core::Config config(std::int64_t threads) { return core::Config{{{"block_threads", threads}}}; }

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <future>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -18,6 +20,24 @@
 #include "reference/dtype.hpp"
 
 namespace flashtune::testing {
+
+/// The registered family `name`; throws when there is none.
+inline const kernels::KernelFamily& registered_family(const std::string& name) {
+  const kernels::KernelFamily* f = kernels::find_family(name);
+  if (!f) throw core::Error(name + " is not registered");
+  return *f;
+}
+
+/// An attention problem of family f: the given sizes, `extra` dims, the rest at the family's defaults.
+inline core::Problem attention_problem(const kernels::KernelFamily& f, core::DType d, std::int64_t b, std::int64_t hq,
+                                       std::int64_t hkv, std::int64_t sq, std::int64_t sk, std::int64_t hd,
+                                       const std::map<std::string, std::int64_t>& extra = {}) {
+  core::Problem p{{{"batch", b}, {"heads_q", hq}, {"heads_kv", hkv}, {"seq_q", sq}, {"seq_k", sk}, {"head_dim", hd}}, d};
+  for (const auto& o : f.optional_problem_dims()) p.dims.emplace(o.name, o.fallback);
+  for (const auto& [k, v] : extra) p.dims[k] = v;
+  f.complete_problem(p);
+  return p;
+}
 
 /// Every combination of the family's default tunable values (its default search space, unconstrained).
 inline std::vector<core::Config> default_space(const kernels::KernelFamily& f) {

@@ -21,23 +21,6 @@ namespace fs = std::filesystem;
 using namespace flashtune;
 using namespace flashtune::testing;
 
-namespace {
-
-// What the runner allocates for a problem: every buffer, in whole 32-bit words.
-std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::Problem& p) {
-  std::int64_t n = 0;
-  for (const auto& b : f.buffers(p)) n += (b.elements * std::int64_t(core::dtype_size(b.dtype)) + 3) / 4 * 4;
-  return n;
-}
-
-// $FLASHTUNE_CACHE_DIR when set (tools/gpu_run.sh: a cache filled ahead), else a fresh folder.
-fs::path cache_dir(const TempDir& dir) {
-  const char* env = std::getenv("FLASHTUNE_CACHE_DIR");
-  return env && *env ? fs::path(env) : dir.path / "cache";
-}
-
-}  // namespace
-
 TEST(GpuAttnNaive, MatchesTheReferenceOnEveryMaskGqaAndSinkVariant) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   std::string why;

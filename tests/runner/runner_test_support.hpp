@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +14,7 @@
 #include "harness/cuda/device.hpp"
 #include "harness/cuda/driver.hpp"
 #include "harness/jit/template_store.hpp"
+#include "harness/kernels/family.hpp"
 #include "harness/runner/runner.hpp"
 
 namespace flashtune::testing {
@@ -65,6 +68,19 @@ inline std::string gpu_arch() { return cuda::query_device(0).arch; }
 inline std::int64_t count(const db::Store& s, const std::string& where) {
   const auto q = s.sql("SELECT count(*) FROM trials WHERE " + where);
   return std::stoll(q.rows.at(0).at(0));
+}
+
+// What the runner allocates for a problem: every buffer, in whole 32-bit words.
+inline std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::Problem& p) {
+  std::int64_t n = 0;
+  for (const auto& b : f.buffers(p)) n += (b.elements * std::int64_t(core::dtype_size(b.dtype)) + 3) / 4 * 4;
+  return n;
+}
+
+// $FLASHTUNE_CACHE_DIR when set (tools/gpu_run.sh: a cache filled ahead), else a fresh folder.
+inline fs::path cache_dir(const TempDir& dir) {
+  const char* env = std::getenv("FLASHTUNE_CACHE_DIR");
+  return env && *env ? fs::path(env) : dir.path / "cache";
 }
 
 }  // namespace flashtune::testing
