@@ -175,13 +175,17 @@ struct FtWgmma<ft_bf16, 128> {
 // (slab s = columns [64 s, 64 s + 64) at s * kRows * 128 bytes); rows at or past `valid` are zero-filled.
 template <int kRows, int kHeadDim, int kThreads, typename T>
 __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, long long row_stride, int valid) {
-  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks };
+  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
+  // A fixed trip count from 0 and unsigned indices: the loop unrolls into straight-line copies whose row and
+  // chunk are shifts and masks (a loop from threadIdx.x compiles to a remainder loop with signed divisions).
 #pragma unroll
-  for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool in = r < valid;
+  for (int it = 0; it < kIters; ++it) {
+    const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
+    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
+    const unsigned r = idx / kChunks, c = idx % kChunks;
+    const bool in = int(r) < valid;
     const T* p = in ? src + r * row_stride + c * 8 : src;
-    const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+    const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
     ft_cp_async16(dst + off, p, in ? 16 : 0);
   }
 }
@@ -190,12 +194,14 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
 // rows of a head-packed Q tile belong to different heads.
 template <int kRows, int kHeadDim, int kThreads, typename T, typename RowSrc>
 __device__ __forceinline__ void ft_load_rows_sw128(unsigned dst, RowSrc row_src) {
-  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks };
+  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
 #pragma unroll
-  for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const T* row = row_src(r);
-    const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+  for (int it = 0; it < kIters; ++it) {  // as ft_load_tile_sw128
+    const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
+    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
+    const unsigned r = idx / kChunks, c = idx % kChunks;
+    const T* row = row_src(int(r));
+    const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
     ft_cp_async16(dst + off, row ? row + c * 8 : row_src(0), row ? 16 : 0);
   }
 }
@@ -246,12 +252,12 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   const int g = lane / 4, t4 = lane % 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
   const int h0 = blockIdx.y * kPackHeads, b = blockIdx.z;  // first of the block's query heads
-  const int h_kv = h0 / (heads_q / heads_kv);
+  const int h_kv = int(unsigned(h0) / (unsigned(heads_q) / unsigned(heads_kv)));  // unsigned: a shorter division
   const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
   const int m1 = min(m0 + kRowsPerHead, seq_q);
   // Block row lr: query head and query row.
-  auto head_of = [](int lr) { return lr / kRowsPerHead; };
-  auto query_of = [&](int lr) { return m0 + lr % kRowsPerHead; };
+  auto head_of = [](int lr) { return int(unsigned(lr) / kRowsPerHead); };  // lr >= 0: unsigned shifts and masks
+  auto query_of = [&](int lr) { return m0 + int(unsigned(lr) % kRowsPerHead); };
 
   const T* k_head = k + b * k_sb + h_kv * k_sh;
   const T* v_head = v + b * v_sb + h_kv * v_sh;
