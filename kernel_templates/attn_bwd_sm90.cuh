@@ -95,8 +95,8 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     const int m0 = (t_first + i % t_count) * kBlockM;
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
     const long long off = b * q_sb + h * q_sh + m0 * q_ss;
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, seq_q - m0);
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, false>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, false>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
     const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
     for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
       const int rr = r % kBlockM;
@@ -107,8 +107,8 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   };
 
   const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(smem_k, k + kv_off, k_ss, seq_k - n0);
-  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(smem_v, v + kv_off, k_ss, seq_k - n0);
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, false>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, false>(smem_v, v + kv_off, k_ss, seq_k - n0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);

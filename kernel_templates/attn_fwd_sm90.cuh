@@ -173,20 +173,33 @@ struct FtWgmma<ft_bf16, 128> {
 
 // Issues the cp.async copies of rows [0, kRows) of a kRows x kHeadDim tile into the swizzled wgmma layout
 // (slab s = columns [64 s, 64 s + 64) at s * kRows * 128 bytes); rows at or past `valid` are zero-filled.
-template <int kRows, int kHeadDim, int kThreads, typename T>
+// A fixed trip count from 0 and unsigned indices: unrolled (kUnroll), the copies are straight-line code whose
+// row and chunk are shifts and masks (a loop from threadIdx.x compiled to a remainder loop with signed
+// divisions: 15% of the GPT-OSS forward, docs/NOTES.md session 15). Kernels short of registers (the wgmma
+// backward) keep a rolled loop: unrolled, the per-copy addresses are hoisted out of their tile loops and spill.
+template <int kRows, int kHeadDim, int kThreads, typename T, bool kUnroll = true>
 __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, long long row_stride, int valid) {
   enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
-  // A fixed trip count from 0 and unsigned indices: the loop unrolls into straight-line copies whose row and
-  // chunk are shifts and masks (a loop from threadIdx.x compiles to a remainder loop with signed divisions).
+  if constexpr (kUnroll) {
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
-    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
-    const unsigned r = idx / kChunks, c = idx % kChunks;
-    const bool in = int(r) < valid;
-    const T* p = in ? src + r * row_stride + c * 8 : src;
-    const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-    ft_cp_async16(dst + off, p, in ? 16 : 0);
+    for (int it = 0; it < kIters; ++it) {
+      const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
+      if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
+      const unsigned r = idx / kChunks, c = idx % kChunks;
+      const bool in = int(r) < valid;
+      const T* p = in ? src + r * row_stride + c * 8 : src;
+      const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+      ft_cp_async16(dst + off, p, in ? 16 : 0);
+    }
+  } else {  // the loop the wgmma backward's register allocation was tuned with
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      const bool in = r < valid;
+      const T* p = in ? src + r * row_stride + c * 8 : src;
+      const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+      ft_cp_async16(dst + off, p, in ? 16 : 0);
+    }
   }
 }
 
