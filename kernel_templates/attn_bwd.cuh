@@ -20,6 +20,21 @@ __device__ __forceinline__ void ft_cp_async4(unsigned dst, const void* src, int 
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
+// LSE, then D, of a tile's kBlockM query rows (from `lse`, `delta`) as 2 kBlockM floats at dst; rows at or
+// past `valid` are zero-filled. A fixed trip count from 0 with unsigned indices, as ft_load_tile's kLean.
+template <int kBlockM, int kThreads>
+__device__ __forceinline__ void ft_load_lse_delta(unsigned dst, const float* lse, const float* delta, int valid) {
+  const unsigned tid = ft_opaque(unsigned(threadIdx.x));
+#pragma unroll
+  for (int it = 0; it < (2 * kBlockM + kThreads - 1) / kThreads; ++it) {
+    const unsigned r = unsigned(it * kThreads) + tid;
+    if ((2 * kBlockM) % kThreads != 0 && r >= unsigned(2 * kBlockM)) break;
+    const unsigned rr = r % kBlockM;
+    const bool in = int(rr) < valid;
+    ft_cp_async4(dst + r * 4, (r < kBlockM ? lse : delta) + (in ? rr : 0), in ? 4 : 0);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tile products on swizzled kHeadDim-wide shared-memory tiles (FtSwizzle), 16-bit operands, fp32 acc.
 
@@ -162,6 +177,18 @@ struct FtAttnQueryRange {
     if (kWindow && n0 >= m.sink_tokens) hi = min(hi, max(0, n1 - 1 - m.offset + m.window));
     if (n1 <= n0) hi = 0;
     if (lo > hi) lo = hi;
+  }
+};
+
+// The (query head, query tile) of a dK / dV block's work items in order, stepped one item at a time: item i
+// is head i / count, tile i % count of the block's range, without a division per item (a division by a
+// runtime count is ~20 instructions, and its I2F was the hottest stall of the dK / dV loop on GPT-OSS).
+struct FtItemCursor {
+  int head, tile, count;
+  __device__ __forceinline__ FtItemCursor(int first_item, int t_count)
+      : head(t_count > 0 ? first_item / t_count : 0), tile(t_count > 0 ? first_item % t_count : 0), count(t_count) {}
+  __device__ __forceinline__ void next() {
+    if (++tile == count) tile = 0, ++head;
   }
 };
 
@@ -321,25 +348,22 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     }
   }
 
-  auto load_item = [&](int i) {  // item i of this block into stage i % kStages
-    const int h = h_kv * group + (item0 + i) / t_count;
-    const int m0 = (t_first + (item0 + i) % t_count) * kBlockM;
+  FtItemCursor load_at(item0, t_count), compute_at(item0, t_count);  // the next item to load, to compute
+  auto load_item = [&](int i) {  // item i of this block (the next in order) into stage i % kStages
+    const int h = h_kv * group + load_at.head;
+    const int m0 = (t_first + load_at.tile) * kBlockM;
+    load_at.next();
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
     const long long off = b * q_sb + h * q_sh + m0 * q_ss;
-    ft_load_tile<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, seq_q - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
     const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
-    for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
-      const int rr = r % kBlockM;
-      const bool in = m0 + rr < seq_q;
-      const float* src = (r < kBlockM ? lse : delta) + row0 + (in ? rr : 0);
-      ft_cp_async4(dst + 2 * kTileBytes + r * 4, src, in ? 4 : 0);
-    }
+    ft_load_lse_delta<kBlockM, kThreads>(dst + 2 * kTileBytes, lse + row0, delta + row0, seq_q - m0);
   };
 
   const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_load_tile<kBlockN, kHeadDim, kThreads>(smem_k, k + kv_off, k_ss, seq_k - n0);
-  ft_load_tile<kBlockN, kHeadDim, kThreads>(smem_v, v + kv_off, k_ss, seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(smem_v, v + kv_off, k_ss, seq_k - n0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);
@@ -355,7 +379,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     ft_cp_async_commit();
     ft_cp_async_wait<kStages - 1>();
     __syncthreads();
-    const int m0 = (t_first + (item0 + i) % t_count) * kBlockM;
+    const int m0 = (t_first + compute_at.tile) * kBlockM;
+    compute_at.next();
     const unsigned smem_q = smem_stages + unsigned((i % kStages) * kStageBytes);
     const unsigned smem_do = smem_q + kTileBytes;
     const float* lse_s = stage_f + (i % kStages) * (kStageBytes / 4) + 2 * kTileBytes / 4;
@@ -420,14 +445,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // kPackHeads: query heads of one GQA group per block, as in the forward's wgmma kernel: block row r is query
 // m0 + r % kRowsPerHead of head h0 + r / kRowsPerHead (kRowsPerHead = kBlockM / kPackHeads), so each K/V
 // tile loaded serves kPackHeads heads and a windowed band stays narrow.
+// kInlineDelta (attn_bwd_dq_delta_kernel): the preprocess fused in. The kernel computes D = rowsum(dO * O) of
+// its rows itself (from `o`, which shares Q's strides) and writes it to `delta` for the stages after it
+// (attn_bwd_dkdv, attn_bwd_dsink); otherwise (attn_bwd_dq_kernel) it reads `delta` and `o` is null.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
-          int kMinBlocks, int kPackHeads = 1>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                       const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-                       T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                       int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                       long long k_sh, long long k_ss) {
+          int kPackHeads, bool kInlineDelta>
+__device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const T* __restrict__ k,
+                                                 const T* __restrict__ v, const T* __restrict__ dout,
+                                                 const float* __restrict__ lse, float* __restrict__ delta,
+                                                 T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k,
+                                                 int window, int sink_tokens, float scale, long long q_sb,
+                                                 long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                                                 long long k_ss, const T* __restrict__ o) {
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
   static_assert(kPackHeads >= 1 && kBlockM % kPackHeads == 0, "block rows split evenly over the heads");
@@ -468,12 +497,41 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
   };
+  // Block row lr's place in LSE and D (rows past seq_q clamped to the last row: read, never written).
+  auto stat_at = [&](int lr) {
+    return (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
+  };
+  // Inline D: each of the four lanes of a row (t4) reads a quarter of the row's O and dO. At head dims up to
+  // 64 the reads are issued before the tile copies, so that their latency overlaps them (held in registers
+  // until summed below); at 128 that many registers spill, and they are read where they are summed.
+  enum : int {
+    kQuarter = kHeadDim / 4,
+    kVec = kQuarter < 8 ? kQuarter : 8,
+    kVecs = kQuarter / kVec,
+    kPart = kInlineDelta ? 1 : 0,
+    kEarly = kInlineDelta && kHeadDim <= 64,
+  };
+  auto read_part = [&](FtVec<T, kVec>(&op)[kPart ? kVecs : 1], FtVec<T, kVec>(&dp)[kPart ? kVecs : 1], int lr) {
+    const long long off = b * q_sb + head_of(lr) * q_sh + min(query_of(lr), seq_q - 1) * q_ss + t4 * kQuarter;
+#pragma unroll
+    for (int e = 0; e < kVecs; ++e) {
+      op[e] = load_vec<T, kVec>(o + off + e * kVec);
+      dp[e] = load_vec<T, kVec>(dout + off + e * kVec);
+    }
+  };
+  FtVec<T, kVec> o_part[kPart ? kMTiles : 1][2][kPart ? kVecs : 1], do_part[kPart ? kMTiles : 1][2][kPart ? kVecs : 1];
+  if constexpr (kEarly) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) read_part(o_part[mt][r], do_part[mt][r], warp_row0 + mt * 16 + g + 8 * r);
+  }
   if constexpr (kPackHeads == 1) {
-    ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_q, q + q_off, q_ss, m1 - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads>(smem_do, dout + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_q, q + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_do, dout + q_off, q_ss, m1 - m0);
   } else {
     ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
         smem_q, [&](int r) -> const T* { return query_of(r) < seq_q ? q + row_off(r) : nullptr; });
@@ -486,16 +544,30 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     ft_cp_async_commit();
   }
 
-  // LSE (log2 units) and D of the two rows a lane owns per 16-row tile.
+  // LSE (log2 units) and D of the two rows a lane owns per 16-row tile. Inline D: the row's four lanes
+  // (t4 = 0..3) each add dO * O over their quarter of the head dim, then combine their sums.
   float lse2[kMTiles][2], d_row[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int lr = warp_row0 + mt * 16 + g + 8 * r;
-      const long long at = (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
+      const long long at = stat_at(lr);
       lse2[mt][r] = lse[at] * kLog2e;
-      d_row[mt][r] = delta[at];
+      if constexpr (kInlineDelta) {
+        if constexpr (!kEarly) read_part(o_part[mt][r], do_part[mt][r], lr);
+        float sum = 0.f;
+#pragma unroll
+        for (int e = 0; e < kVecs; ++e)
+#pragma unroll
+          for (int x = 0; x < kVec; ++x)
+            sum = fmaf(to_float(o_part[mt][r][e].v[x]), to_float(do_part[mt][r][e].v[x]), sum);
+        sum = warp_sum<4>(sum);
+        d_row[mt][r] = sum;
+        if (t4 == 0 && query_of(lr) < seq_q) delta[at] = sum;
+      } else {
+        d_row[mt][r] = delta[at];
+      }
     }
   const float scale_log2 = scale * kLog2e;
   float dq_acc[kMTiles][kDTiles][4];
@@ -541,6 +613,35 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   else
     ft_store_rows_at<T>([&](int lr) -> T* { return query_of(lr) < seq_q ? dq + row_off(lr) : nullptr; }, warp_row0,
                         dq_acc, scale);
+}
+
+// The attn_bwd_dq family's kernel: D read from `delta` (attn_bwd_preprocess's).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
+          int kMinBlocks, int kPackHeads = 1>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                       const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                       T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
+                       int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
+                       long long k_sh, long long k_ss) {
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kPackHeads, false>(
+      q, k, v, dout, lse, const_cast<float*>(delta), dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
+      q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, nullptr);
+}
+
+// The attn_bwd_dq_delta family's kernel: D = rowsum(dO * O) computed from `o` (Q's strides) and written to
+// `delta` for the stages after it.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
+          int kMinBlocks, int kPackHeads = 1>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    attn_bwd_dq_delta_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                             const T* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ delta,
+                             T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
+                             int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss,
+                             long long k_sb, long long k_sh, long long k_ss, const T* __restrict__ o) {
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kPackHeads, true>(
+      q, k, v, dout, lse, delta, dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb, q_sh, q_ss,
+      k_sb, k_sh, k_ss, o);
 }
 
 #include "attn_bwd_f32.cuh"   // fp32: exact FFMA and TF32 dkdv / dq

@@ -67,6 +67,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     kDqPieces = kDqRowBlocks * kDqSplit,
   };
   static_assert(!kFusedDq || kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
+  constexpr FtLoad kLoad = kFusedDq ? FtLoad::kRolled : FtLoad::kLean;  // the fused pass spills unrolled
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char ft_smem_dkdv90[];
   const unsigned smem_raw = ft_smem_u32(ft_smem_dkdv90);
@@ -90,25 +91,24 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
   const int n_items = group * t_count;
 
-  auto load_item = [&](int i) {  // item i into stage i % kStages
-    const int h = h_kv * group + i / t_count;
-    const int m0 = (t_first + i % t_count) * kBlockM;
+  // The next item to load and to compute: stepped without a division per item, except in the fused pass,
+  // whose registers are tighter (the cursors' spill there; it divides as before).
+  FtItemCursor load_at(0, t_count), compute_at(0, t_count);
+  auto load_item = [&](int i) {  // item i (the next in order) into stage i % kStages
+    const int h = h_kv * group + (kFusedDq ? i / t_count : load_at.head);
+    const int m0 = (t_first + (kFusedDq ? i % t_count : load_at.tile)) * kBlockM;
+    if (!kFusedDq) load_at.next();
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
     const long long off = b * q_sb + h * q_sh + m0 * q_ss;
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, false>(dst, q + off, q_ss, seq_q - m0);
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, false>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, kLoad>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
     const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
-    for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
-      const int rr = r % kBlockM;
-      const bool in = m0 + rr < seq_q;
-      const float* src = (r < kBlockM ? lse : delta) + row0 + (in ? rr : 0);
-      ft_cp_async4(dst + 2 * kTileBytes + r * 4, src, in ? 4 : 0);
-    }
+    ft_load_lse_delta<kBlockM, kThreads>(dst + 2 * kTileBytes, lse + row0, delta + row0, seq_q - m0);
   };
 
   const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, false>(smem_k, k + kv_off, k_ss, seq_k - n0);
-  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, false>(smem_v, v + kv_off, k_ss, seq_k - n0);
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_v, v + kv_off, k_ss, seq_k - n0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);
@@ -167,7 +167,8 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     ft_cp_async_wait<kStages - 1>();
     ft_fence_proxy_async();
     __syncthreads();
-    const int m0 = (t_first + i % t_count) * kBlockM;
+    const int m0 = (t_first + (kFusedDq ? i % t_count : compute_at.tile)) * kBlockM;
+    if (!kFusedDq) compute_at.next();
     const unsigned smem_q = smem_stages + unsigned((i % kStages) * kStageBytes);
     const unsigned smem_do = smem_q + kTileBytes;
     const float* lse_s = reinterpret_cast<const float*>(stage_base + (i % kStages) * kStageBytes + 2 * kTileBytes);

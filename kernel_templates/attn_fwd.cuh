@@ -95,32 +95,44 @@ struct FtSwizzle {
   }
 };
 
+// An opaque copy of x: values derived from it are recomputed where they are used instead of being hoisted
+// out of the enclosing loop into registers (an empty volatile asm is never moved or merged).
+__device__ __forceinline__ unsigned ft_opaque(unsigned x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+__device__ __forceinline__ long long ft_opaque(long long x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+// How a tile loader issues its copies. Both run a fixed trip count from 0 with unsigned indices, unrolled
+// into straight-line copies (a loop from threadIdx.x compiled to a remainder loop with branches and signed
+// divisions per 16-byte copy: 15-37% of the wgmma forward, docs/NOTES.md session 15).
+//   kHoisted: the compiler may keep every copy's address in registers across the caller's tile loop (the
+//             forwards, which have registers to spare);
+//   kLean:    the thread index and the row stride pass through ft_opaque on every call, so each copy's
+//             address is recomputed there (a few integer ops) instead of held: the register-tight backward
+//             kernels, where the hoisted addresses spilled.
+// kRolled is the loop from threadIdx.x, kept where even kLean spills (the fused wgmma backward, sm90 only).
+enum class FtLoad { kHoisted, kLean, kRolled };
+
 // Issues the cp.async copies of rows [0, kRows) of a tile whose first row is `src`; rows at or past
-// `valid` are zero-filled (their source clamped to `src`, never dereferenced). kUnroll: a fixed trip count
-// from 0 with unsigned indices, unrolled into straight-line copies (as ft_load_tile_sw128; on the wgmma
-// forward that was worth 15-37%, docs/NOTES.md session 15); else the rolled loop from threadIdx.x, which the
-// backward kernels keep (unrolled, their copies' addresses spill).
-template <int kRows, int kHeadDim, int kThreads, typename T, bool kUnroll = false>
+// `valid` are zero-filled (their source clamped to `src`, never dereferenced).
+template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode>
 __device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long long row_stride, int valid) {
+  static_assert(kMode != FtLoad::kRolled, "ft_load_tile has the unrolled modes only");
   enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
-  if constexpr (kUnroll) {
+  const unsigned tid = kMode == FtLoad::kLean ? ft_opaque(unsigned(threadIdx.x)) : unsigned(threadIdx.x);
+  const long long stride = kMode == FtLoad::kLean ? ft_opaque(row_stride) : row_stride;
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
-      if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
-      const unsigned r = idx / kChunks, c = idx % kChunks;
-      const bool in = int(r) < valid;
-      const T* p = in ? src + r * row_stride + c * 8 : src;
-      ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(int(r), int(c)), p, in ? 16 : 0);
-    }
-  } else {
-#pragma unroll
-    for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      const bool in = r < valid;
-      const T* p = in ? src + r * row_stride + c * 8 : src;
-      ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(r, c), p, in ? 16 : 0);
-    }
+  for (int it = 0; it < kIters; ++it) {
+    const unsigned idx = unsigned(it * kThreads) + tid;
+    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
+    const unsigned r = idx / kChunks, c = idx % kChunks;
+    const bool in = int(r) < valid;
+    const T* p = in ? src + r * stride + c * 8 : src;
+    ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(int(r), int(c)), p, in ? 16 : 0);
   }
 }
 
@@ -186,13 +198,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   auto load_kv = [&](int i) {  // tile i of the visiting order into stage i % kStages
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, true>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, true>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
   };
 
   // Prologue: Q with the first tile, then tiles 1 .. kStages - 2; always one group per slot, so that
   // wait_group<kStages - 1> below means "tile i has landed".
-  ft_load_tile<kBlockM, kHeadDim, kThreads, T, true>(smem_q, q_blk, q_ss, m1 - m0);
+  ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, q_blk, q_ss, m1 - m0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);

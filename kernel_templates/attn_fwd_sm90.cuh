@@ -171,35 +171,33 @@ struct FtWgmma<ft_bf16, 128> {
   }
 };
 
-// Issues the cp.async copies of rows [0, kRows) of a kRows x kHeadDim tile into the swizzled wgmma layout
-// (slab s = columns [64 s, 64 s + 64) at s * kRows * 128 bytes); rows at or past `valid` are zero-filled.
-// A fixed trip count from 0 and unsigned indices: unrolled (kUnroll), the copies are straight-line code whose
-// row and chunk are shifts and masks (a loop from threadIdx.x compiled to a remainder loop with signed
-// divisions: 15% of the GPT-OSS forward, docs/NOTES.md session 15). Kernels short of registers (the wgmma
-// backward) keep a rolled loop: unrolled, the per-copy addresses are hoisted out of their tile loops and spill.
-template <int kRows, int kHeadDim, int kThreads, typename T, bool kUnroll = true>
+// Issues the cp.async copies of rows [0, kRows) of a tile into the 128-byte-slab layout wgmma reads; rows
+// at or past `valid` are zero-filled. kMode as ft_load_tile's (attn_fwd.cuh): kHoisted for the forward,
+// kLean for the wgmma dK / dV loop, kRolled for the fused backward (unrolled, it spills 4-20 bytes at d64).
+template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode>
 __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, long long row_stride, int valid) {
   enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
-  if constexpr (kUnroll) {
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const unsigned idx = unsigned(it * kThreads) + threadIdx.x;
-      if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
-      const unsigned r = idx / kChunks, c = idx % kChunks;
-      const bool in = int(r) < valid;
-      const T* p = in ? src + r * row_stride + c * 8 : src;
-      const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-      ft_cp_async16(dst + off, p, in ? 16 : 0);
-    }
-  } else {  // the loop the wgmma backward's register allocation was tuned with
+  if constexpr (kMode == FtLoad::kRolled) {
 #pragma unroll
     for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
       const int r = idx / kChunks, c = idx % kChunks;
       const bool in = r < valid;
       const T* p = in ? src + r * row_stride + c * 8 : src;
-      const unsigned off = unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
-      ft_cp_async16(dst + off, p, in ? 16 : 0);
+      ft_cp_async16(dst + unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16)), p, in ? 16 : 0);
     }
+    return;
+  }
+  const unsigned tid = kMode == FtLoad::kLean ? ft_opaque(unsigned(threadIdx.x)) : unsigned(threadIdx.x);
+  const long long stride = kMode == FtLoad::kLean ? ft_opaque(row_stride) : row_stride;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const unsigned idx = unsigned(it * kThreads) + tid;
+    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
+    const unsigned r = idx / kChunks, c = idx % kChunks;
+    const bool in = int(r) < valid;
+    const T* p = in ? src + r * stride + c * 8 : src;
+    const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+    ft_cp_async16(dst + off, p, in ? 16 : 0);
   }
 }
 
@@ -282,11 +280,11 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
   };
   if constexpr (kPackHeads == 1) {
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads>(smem_q, q + b * q_sb + h0 * q_sh + m0 * q_ss, q_ss, m1 - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, q + b * q_sb + h0 * q_sh + m0 * q_ss, q_ss, m1 - m0);
   } else {
     const T* q_b = q + b * q_sb;
     ft_load_rows_sw128<kBlockM, kHeadDim, kThreads, T>(smem_q, [&](int r) -> const T* {

@@ -413,8 +413,9 @@ int cmd_query(const std::vector<std::string>& args) {
              "  flashtune query backward gpt_oss_backward   # forward, backward stages, sum, TFLOP/s\n"
              "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
              "backward: the end-to-end score of a tuned backward per problem and GPU: the sum of the winners of\n"
-             "attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq (and attn_bwd_dsink with learned sinks), the attn_fwd\n"
-             "winner beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
+             "the fastest of attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess + attn_bwd_fused\n"
+             "and attn_bwd_dq_delta + attn_bwd_dkdv (and attn_bwd_dsink with learned sinks), the attn_fwd winner\n"
+             "beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
              "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
              "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
              "to stderr with --format csv|json.\n"))
@@ -459,8 +460,9 @@ int cmd_query(const std::vector<std::string>& args) {
     const Table t = backward_end_to_end(trials);
     if (t.rows.empty())
       throw core::UserError("query backward: no problem" + (arg.empty() ? "" : " of experiment '" + arg + "'") +
-                            " has every backward stage measured (attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq, "
-                            "and attn_bwd_dsink with learned sinks)");
+                            " has every backward stage measured (attn_bwd_preprocess, attn_bwd_dkdv and attn_bwd_dq, or "
+                            "attn_bwd_fused in place of dkdv + dq, or attn_bwd_dq_delta in place of preprocess + dq; and "
+                            "attn_bwd_dsink with learned sinks)");
     print_table(std::cout, t, f);
   } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");

@@ -276,31 +276,43 @@ namespace flashtune::cli {
 
 std::optional<BackwardSum> backward_sum(bool learned_sinks,
                                         const std::function<const TrialRow*(const std::string& family)>& winner) {
-  auto measured = [&](const char* f) -> const TrialRow* {
+  auto measured = [&](const std::string& f) -> const TrialRow* {
     const TrialRow* t = winner(f);
     return t && t->median_ms ? t : nullptr;
   };
-  const TrialRow* pre = measured("attn_bwd_preprocess");
   const TrialRow* dsink = learned_sinks ? measured("attn_bwd_dsink") : nullptr;
-  if (!pre || (learned_sinks && !dsink)) return std::nullopt;
-  // dK, dV and dQ: attn_bwd_dkdv + attn_bwd_dq, or attn_bwd_fused, whichever is faster.
-  const TrialRow* dkdv = measured("attn_bwd_dkdv");
-  const TrialRow* dq = measured("attn_bwd_dq");
-  const TrialRow* fused = measured("attn_bwd_fused");
-  const bool split = dkdv && dq;
-  if (!split && !fused) return std::nullopt;
-  BackwardSum sum;
-  sum.fused = fused && (!split || *fused->median_ms < *dkdv->median_ms + *dq->median_ms);
-  std::vector<const TrialRow*> parts{pre};
-  if (sum.fused) parts.push_back(fused);
-  else parts.insert(parts.end(), {dkdv, dq});
-  if (dsink) parts.push_back(dsink);
-  for (const TrialRow* t : parts) {
-    sum.ms += *t->median_ms;
-    sum.peak_bytes = std::max(sum.peak_bytes, t->device_bytes);
+  if (learned_sinks && !dsink) return std::nullopt;
+  // The ways to get D, dK, dV and dQ; the fastest one whose stages were all measured is summed.
+  static const std::vector<std::vector<std::string>> kWays = {
+      {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"},
+      {"attn_bwd_preprocess", "attn_bwd_fused"},
+      {"attn_bwd_dq_delta", "attn_bwd_dkdv"},  // dQ and D first, then dK, dV from that D
+  };
+  std::optional<BackwardSum> best;
+  for (const auto& way : kWays) {
+    BackwardSum sum;
+    bool complete = true;
+    for (const auto& f : way) {
+      const TrialRow* t = measured(f);
+      if (!t) {
+        complete = false;
+        break;
+      }
+      sum.ms += *t->median_ms;
+      sum.peak_bytes = std::max(sum.peak_bytes, t->device_bytes);
+      sum.families.push_back(f);
+    }
+    if (!complete) continue;
+    if (dsink) {
+      sum.ms += *dsink->median_ms;
+      sum.peak_bytes = std::max(sum.peak_bytes, dsink->device_bytes);
+      sum.families.push_back("attn_bwd_dsink");
+    }
+    sum.stages = sum.families.size();
+    sum.fused = way[1] == "attn_bwd_fused";
+    if (!best || sum.ms < best->ms) best = std::move(sum);
   }
-  sum.stages = parts.size();
-  return sum;
+  return best;
 }
 
 bool has_learned_sinks(const std::string& problem_key) {
@@ -310,16 +322,16 @@ bool has_learned_sinks(const std::string& problem_key) {
 }
 
 Table backward_end_to_end(const std::vector<TrialRow>& trials) {
-  static const std::vector<std::string> kStages = {"attn_fwd",     "attn_bwd_preprocess", "attn_bwd_dkdv",
-                                                   "attn_bwd_dq",  "attn_bwd_fused",      "attn_bwd_dsink"};
+  static const std::vector<std::string> kStages = {"attn_fwd",       "attn_bwd_preprocess", "attn_bwd_dkdv",    "attn_bwd_dq",
+                                                   "attn_bwd_fused", "attn_bwd_dq_delta",   "attn_bwd_dsink"};
   std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> by_problem;  // (problem, gpu)
   for (const auto& t : best_per_problem(trials))
     if (std::find(kStages.begin(), kStages.end(), t.family) != kStages.end()) {
       auto& slot = by_problem[{t.problem, t.gpu}];
       if (!slot.count(t.family) || *t.median_ms < *slot.at(t.family).median_ms) slot.insert_or_assign(t.family, t);
     }
-  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "fused_ms", "dsink_ms", "bwd_ms", "fwd_bwd_ms",
-             "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
+  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "fused_ms", "dq_delta_ms", "dsink_ms", "bwd_ms",
+             "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
             {}};
   for (const auto& [key, stage] : by_problem) {
     const bool sinks = has_learned_sinks(key.first);
@@ -329,10 +341,12 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
     std::string configs, runs;
     std::set<std::int64_t> run_ids;
     for (const auto& f : kStages) {
-      if (!stage.count(f) || (f == "attn_bwd_dsink" && !sinks)) continue;
-      if (sum->fused ? (f == "attn_bwd_dkdv" || f == "attn_bwd_dq") : f == "attn_bwd_fused") continue;  // not summed
+      if (!stage.count(f)) continue;
+      if (f != "attn_fwd" && std::find(sum->families.begin(), sum->families.end(), f) == sum->families.end())
+        continue;  // not summed
       const auto& t = stage.at(f);
-      configs += (configs.empty() ? "" : "; ") + f.substr(f.rfind('_') + 1) + ": " + t.config;
+      const std::string label = f.rfind("attn_bwd_", 0) == 0 ? f.substr(9) : f.substr(f.rfind('_') + 1);  // dkdv, dq_delta
+      configs += (configs.empty() ? "" : "; ") + label + ": " + t.config;
       run_ids.insert(t.run_id);
     }
     for (const auto id : run_ids) runs += (runs.empty() ? "" : " ") + std::to_string(id);
@@ -349,7 +363,8 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
     };
     const std::optional<double> both = fwd_ms ? std::optional<double>(*fwd_ms + bwd) : std::nullopt;
     out.rows.push_back({key.first, key.second, ms("attn_fwd"), ms("attn_bwd_preprocess"), ms("attn_bwd_dkdv"),
-                        ms("attn_bwd_dq"), ms("attn_bwd_fused"), sinks ? ms("attn_bwd_dsink") : "", num(bwd, 5), num(both, 5),
+                        ms("attn_bwd_dq"), ms("attn_bwd_fused"), ms("attn_bwd_dq_delta"), sinks ? ms("attn_bwd_dsink") : "",
+                        num(bwd, 5), num(both, 5),
                         num(tflops(fwd_flops, fwd_ms)),
                         num(tflops(fwd_flops ? std::optional<double>(2.5 * *fwd_flops) : std::nullopt, bwd)),
                         num(tflops(fwd_flops ? std::optional<double>(3.5 * *fwd_flops) : std::nullopt, both)),

@@ -69,14 +69,15 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key);
 
 /// One problem's backward from its stage winners (`winner(family)`: nullptr when none): the summed medians
-/// of attn_bwd_preprocess, then attn_bwd_dkdv + attn_bwd_dq or attn_bwd_fused (whichever is faster; either
-/// may be missing), and attn_bwd_dsink with learned sinks; and the largest allocation of one stage [bytes];
-/// nullopt when a needed stage has no measured winner.
+/// of the fastest complete way among attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess +
+/// attn_bwd_fused and attn_bwd_dq_delta + attn_bwd_dkdv (the preprocess fused into dQ), plus attn_bwd_dsink
+/// with learned sinks; and the largest allocation of one stage [bytes]; nullopt when no way is complete.
 struct BackwardSum {
   double ms = 0;
   std::int64_t peak_bytes = 0;
   std::size_t stages = 0;
-  bool fused = false;  ///< dK, dV, dQ came from attn_bwd_fused
+  bool fused = false;                 ///< dK, dV, dQ came from attn_bwd_fused
+  std::vector<std::string> families;  ///< the stages summed, in launch order
 };
 std::optional<BackwardSum> backward_sum(bool learned_sinks,
                                         const std::function<const TrialRow*(const std::string& family)>& winner);
@@ -84,8 +85,8 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
 bool has_learned_sinks(const std::string& problem_key);
 
 /// The backward's end-to-end score, per (problem, gpu) where every backward stage has a measured trial:
-/// the sum of the stage winners' medians (attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq or attn_bwd_fused,
-/// + attn_bwd_dsink with learned sinks: backward_sum()), the forward's winner beside it, and forward + backward. TFLOP/s count the forward's
+/// the sum of the stage winners' medians (the fastest way of backward_sum(), + attn_bwd_dsink with learned
+/// sinks), the forward's winner beside it, and forward + backward. TFLOP/s count the forward's
 /// FLOPs (from its trial) and 2.5x them for the backward (DESIGN.md). Each stage was timed alone with a cold
 /// L2, so the sum is what a training step pays for these launches, up to launch gaps and L2 reuse.
 Table backward_end_to_end(const std::vector<TrialRow>& trials);

@@ -579,7 +579,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   }
 };
 
-class AttnBwdDq final : public AttnBwdGrad {
+class AttnBwdDq : public AttnBwdGrad {
  public:
   std::string name() const override { return "attn_bwd_dq"; }
   std::string stage() const override { return "backward_dq"; }
@@ -660,6 +660,86 @@ class AttnBwdDq final : public AttnBwdGrad {
   }
 };
 
+
+// dQ with the preprocess fused in (attn_bwd_dq_kernel<..., kInlineDelta = true>): each block computes
+// D = rowsum(dO * O) of its rows from O, uses it, and writes it out for attn_bwd_dkdv and attn_bwd_dsink,
+// which run after it. Replaces attn_bwd_preprocess + attn_bwd_dq (one launch and one pass over O and dO
+// fewer); `flashtune query backward` takes it where dq_delta + dkdv beats the other ways. fp16 / bf16.
+class AttnBwdDqDelta final : public AttnBwdDq {
+ public:
+  std::string name() const override { return "attn_bwd_dq_delta"; }
+  std::string stage() const override { return "backward_dq_delta"; }
+  std::string description() const override {
+    return "attention backward dQ and D = rowsum(dO * O) in one pass (the preprocess fused in; run before attn_bwd_dkdv, "
+           "which reads its D)";
+  }
+  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16}; }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32)
+      return "attn_bwd_dq_delta supports f16 and bf16 only (fp32: attn_bwd_preprocess + attn_bwd_dq)";
+    return AttnBwdDq::check_problem(p);
+  }
+  // q, k, v, dout, lse, o in; dq, delta out.
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    const double r = double(p.get("qk_range", 1));
+    const auto [lo, hi] = lse_range(p, false);
+    return {{"q", p.dtype, elements_q(p), BufferRole::input, -r, r},
+            {"k", p.dtype, elements_kv(p), BufferRole::input, -r, r},
+            {"v", p.dtype, elements_kv(p), BufferRole::input, -1.0, 1.0},
+            {"dout", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
+            {"lse", core::DType::f32, elements_rows(p), BufferRole::input, lo, hi},
+            {"o", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
+            {"dq", p.dtype, elements_q(p), BufferRole::output, 0, 0},
+            {"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0}};
+  }
+  // dq's arguments with delta (written) in D's place and O last.
+  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+    auto a = AttnBwdGrad::arguments(c, p);
+    a[kDelta] = BufferArg{kDqdDelta};
+    a[kGradOut] = BufferArg{kDqdDq};
+    a.push_back(BufferArg{kDqdO});
+    return a;
+  }
+  std::string kernel() const override { return "attn_bwd_dq_delta_kernel"; }
+  /// dQ's 6 * head_dim per visible pair and query head, and 2 per element of O for D.
+  double flops(const core::Problem& p) const override { return AttnBwdDq::flops(p) + 2.0 * double(elements_q(p)); }
+  /// dQ from the naive backward given this O (its D = rowsum(dO * O)), sampled rows when large; D whole.
+  void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
+                 RefPrecision precision) const override {
+    if (in.size() != 6 || out.size() != 2) throw core::Error(name() + ".reference: expects q, k, v, dout, lse, o -> dq, delta");
+    std::vector<std::int64_t> q_rows, k_rows;
+    rows_to_check(p, q_rows, k_rows);
+    reference::AttnShape s = attn::shape_of(p);
+    s.learned_sinks = false;  // the sink enters through LSE
+    const std::vector<double> no_sinks;
+    const auto& q = in[kQ].values;
+    const auto& k = in[kK].values;
+    const auto& v = in[kV].values;
+    const auto& dout = in[kDout].values;
+    const auto& o = in[kDqdO].values;
+    reference::AttnGrads g;
+    if (precision == RefPrecision::f64)
+      reference::attention_backward_naive_rows<double>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
+    else
+      reference::attention_backward_naive_rows<float>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
+    take(g, out, q_rows, k_rows, p);
+    const std::int64_t d = p.at("head_dim");
+    auto& delta = out[1].values;
+    delta.assign(std::size_t(elements_rows(p)), 0.0);
+    for (std::size_t r = 0; r < delta.size(); ++r) {
+      double sd = 0;
+      float sf = 0;
+      for (std::int64_t e = 0; e < d; ++e) {
+        const std::size_t x = r * std::size_t(d) + std::size_t(e);
+        sd += o[x] * dout[x];
+        sf += float(o[x]) * float(dout[x]);
+      }
+      delta[r] = precision == RefPrecision::f64 ? sd : double(sf);
+    }
+    out[1].checked.clear();
+    if (precision == RefPrecision::same) reference::round_all(out[0].dtype, out[0].values);
+  }
+};
 
 // dK, dV and dQ in one pass (kernel_templates/attn_bwd_sm90.cuh, sm_90a): the wgmma dkdv loop, which also adds
 // each item's dS K into an fp32 dQ accumulator (the workspace) with atomics; prepare() zeroes it before
@@ -794,6 +874,7 @@ class AttnBwdFused final : public AttnBwdGrad {
 std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family() { return std::make_unique<AttnBwdPreprocess>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family() { return std::make_unique<AttnBwdDkdv>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dq_family() { return std::make_unique<AttnBwdDq>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_dq_delta_family() { return std::make_unique<AttnBwdDqDelta>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_family() { return std::make_unique<AttnBwdFused>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family() { return std::make_unique<AttnBwdDsink>(); }
 

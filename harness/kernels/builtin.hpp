@@ -16,6 +16,7 @@ std::unique_ptr<KernelFamily> make_softmax_matmul_family();    ///< softmax_matm
 std::unique_ptr<KernelFamily> make_attn_bwd_preprocess_family();  ///< attn_bwd.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family();        ///< attn_bwd.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dq_family();          ///< attn_bwd.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_dq_delta_family();    ///< attn_bwd.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_family();       ///< attn_bwd.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family();       ///< attn_bwd.cpp
 

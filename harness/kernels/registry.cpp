@@ -20,6 +20,7 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     v.push_back(make_attn_bwd_preprocess_family());
     v.push_back(make_attn_bwd_dkdv_family());
     v.push_back(make_attn_bwd_dq_family());
+    v.push_back(make_attn_bwd_dq_delta_family());
     v.push_back(make_attn_bwd_fused_family());
     v.push_back(make_attn_bwd_dsink_family());
     return v;

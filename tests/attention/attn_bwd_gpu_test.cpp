@@ -240,24 +240,26 @@ studies:
 }
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
-// sink-token hot spot, unsplit and split over extra blocks, dQ, and the sink gradient's fixed-order
+// sink-token hot spot, unsplit and split over extra blocks, dQ, dQ and D inline, and the sink gradient's fixed-order
 // reduction), in bf16 and in fp32 exact and TF32.
 TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   Launcher gpu;
   for (std::int64_t dt = 0; dt < 3; ++dt) {  // bf16, fp32 exact, fp32 TF32
-    for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dsink"}) {
+    for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dq_delta",
+                             "attn_bwd_dsink"}) {
       const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
                               {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3},
                               {"tf32", dt == 2}},
                              dt == 0 ? core::DType::bf16 : core::DType::f32);
       const std::string n = name;
       if (n == "attn_bwd_dkdv_wgmma" && gpu.info().arch != "sm_90a") continue;  // mma 90 needs sm_90a
-      if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split")) continue;  // fp16 / bf16 only
+      if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split" || n == "attn_bwd_dq_delta"))
+        continue;  // fp16 / bf16 only
       const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n);
       const core::Config& c = n == "attn_bwd_dsink" ? kSink
                               : n == "attn_bwd_dkdv" ? kDkdv
-                              : n == "attn_bwd_dq"   ? kDq
+                              : n == "attn_bwd_dq" || n == "attn_bwd_dq_delta" ? kDq
                               : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
                                                            : kDkdvSplit;
       auto a = draw(f, p, 42), b = a;
@@ -329,6 +331,23 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
       const bool one_pass = !fam("attn_bwd_fused").can_run(kFused, p, gpu.info().limits);
       if (one_pass) gpu.run(fam("attn_bwd_fused"), kFused, p, fused);
+      // The preprocess fused into dQ (fp16 / bf16): dQ and D from O, then dK, dV from that D, in the launch
+      // order of `query backward`'s dq_delta way.
+      const bool inline_delta = dt != core::DType::f32;
+      std::vector<kernels::HostTensor> dqd{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
+                                           {dt, ft[kernels::attn::kO].values, {}}, {dt, {}, {}}, {core::DType::f32, {}, {}}};
+      std::vector<kernels::HostTensor> kv_dqd;
+      if (inline_delta) {
+        gpu.run(fam("attn_bwd_dq_delta"), kDq, p, dqd);
+        kv_dqd = {{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
+                  {core::DType::f32, dqd[kernels::attn_bwd::kDqdDelta].values, {}}, {dt, {}, {}}, {dt, {}, {}},
+                  {core::DType::f32, {}, {}}};
+        gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv_dqd);
+        const auto& d_inline = dqd[kernels::attn_bwd::kDqdDelta].values;
+        ASSERT_EQ(d_inline.size(), delta.size());
+        for (std::size_t r = 0; r < delta.size(); ++r)  // two fp32 sums of the same products, in another order
+          ASSERT_NEAR(d_inline[r], delta[r], 1e-6 * double(s.head_dim)) << what << " D row " << r;
+      }
       std::vector<double> dsinks;
       if (s.learned_sinks) {
         std::vector<kernels::HostTensor> ds{{core::DType::f32, sinks, {}}, {core::DType::f32, lse, {}},
@@ -364,6 +383,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dq (fused)", fused[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
         check("dk (fused)", fused[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
         check("dv (fused)", fused[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+      }
+      if (inline_delta) {
+        check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);
+        check("dk (D of dq_delta)", kv_dqd[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
+        check("dv (D of dq_delta)", kv_dqd[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
       }
       if (split) {
         check("dk (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);

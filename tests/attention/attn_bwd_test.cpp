@@ -24,7 +24,7 @@ namespace {
 
 using flashtune::testing::default_space;
 
-const char* kFamilies[] = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"};
+const char* kFamilies[] = {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dq_delta", "attn_bwd_dsink"};
 
 const kernels::KernelFamily& fam(const std::string& name) {
   const auto* f = kernels::find_family(name);
@@ -60,10 +60,11 @@ TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
     const auto& f = fam(name);
     EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
     EXPECT_FALSE(f.description().empty());
-    EXPECT_EQ(f.dtypes().size(), 3u) << name;  // f16, bf16, f32 (attn_bwd_f32_test.cpp)
+    // f16, bf16, f32 (attn_bwd_f32_test.cpp); dq_delta: f16, bf16
+    EXPECT_EQ(f.dtypes().size(), std::string(name) == "attn_bwd_dq_delta" ? 2u : 3u) << name;
     stages.insert(f.stage());
   }
-  EXPECT_EQ(stages.size(), 4u);
+  EXPECT_EQ(stages.size(), 5u);
 }
 
 TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
@@ -122,6 +123,57 @@ TEST(AttnBwdFamilies, ProblemsAreCheckedWithReasons) {
   EXPECT_NE(dq.check_problem(problem(dq, d256)).value_or("").find("head_dim 256"), std::string::npos);
   const auto& ds = fam("attn_bwd_dsink");
   EXPECT_NE(ds.check_problem(problem(ds, ok)).value_or("").find("learned_sinks"), std::string::npos);
+  const auto& dqd = fam("attn_bwd_dq_delta");
+  EXPECT_EQ(dqd.check_problem(problem(dqd, ok, core::DType::bf16)), std::nullopt);
+  EXPECT_NE(dqd.check_problem(problem(dqd, ok, core::DType::f32)).value_or("").find("attn_bwd_preprocess + attn_bwd_dq"),
+            std::string::npos);
+}
+
+// attn_bwd_dq_delta's reference: D = rowsum(dO * O) of its O input, and the dQ that attn_bwd_dq's reference
+// gives for that D (dQ sees O only through D), on every row; its kernel is attn_bwd_dq_delta_kernel, with
+// attn_bwd_dq_kernel's template arguments.
+TEST(AttnBwdReference, DqDeltaIsTheDqOfItsOwnD) {
+  const auto& dqd = fam("attn_bwd_dq_delta");
+  const auto& dq = fam("attn_bwd_dq");
+  for (int variant = 0; variant < 2; ++variant) {
+    std::map<std::string, std::int64_t> dims{{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 29},
+                                             {"seq_k", 41}, {"head_dim", 32}};
+    if (variant) dims["causal"] = 1, dims["window"] = 9, dims["sink_tokens"] = 2;
+    const auto p = problem(dqd, dims, core::DType::bf16);
+    std::vector<kernels::HostTensor> in, out;
+    flashtune::testing::make_tensors(dqd, p, 11 + variant, in, out);
+    ASSERT_EQ(in.size(), 6u);
+    ASSERT_EQ(out.size(), 2u);
+    dqd.reference(p, in, out, kernels::RefPrecision::f64);
+    const auto& o = in[kernels::attn_bwd::kDqdO].values;
+    const auto& dout = in[kernels::attn_bwd::kDout].values;
+    const auto& delta = out[1].values;
+    ASSERT_EQ(delta.size(), std::size_t(2 * 4 * 29));
+    for (std::size_t r = 0; r < delta.size(); ++r) {
+      double sum = 0;
+      for (std::size_t e = 0; e < 32; ++e) sum += o[r * 32 + e] * dout[r * 32 + e];
+      ASSERT_NEAR(delta[r], sum, 1e-12) << r;
+    }
+    // attn_bwd_dq on the same Q, K, V, dO, LSE with this D as its input
+    std::vector<kernels::HostTensor> in_dq(in.begin(), in.begin() + 5), out_dq{out[0]};
+    in_dq.push_back(out[1]);
+    dq.reference(p, in_dq, out_dq, kernels::RefPrecision::f64);
+    ASSERT_EQ(out_dq[0].values.size(), out[0].values.size());
+    double biggest = 0;
+    for (std::size_t i = 0; i < out[0].values.size(); ++i) {
+      ASSERT_NEAR(out[0].values[i], out_dq[0].values[i], 1e-12) << i;
+      biggest = std::max(biggest, std::abs(out[0].values[i]));
+    }
+    EXPECT_GT(biggest, 1e-2);
+  }
+  const auto p = problem(dqd, {{"batch", 1}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 64}, {"head_dim", 64}},
+                         core::DType::bf16);
+  core::Config c{{{"block_m", 32}, {"block_n", 32}, {"num_warps", 1}, {"num_stages", 1}, {"min_blocks", 12}}};
+  EXPECT_EQ(dqd.specialize(c, p).name_expression, "attn_bwd_dq_delta_kernel<ft_bf16, 64, 32, 32, 1, 1, false, false, 12>");
+  c.values["pack_heads"] = 2;
+  EXPECT_EQ(dqd.specialize(c, p).name_expression, "attn_bwd_dq_delta_kernel<ft_bf16, 64, 32, 32, 1, 1, false, false, 12, 2>");
+  EXPECT_EQ(dq.specialize(c, p).name_expression, "attn_bwd_dq_kernel<ft_bf16, 64, 32, 32, 1, 1, false, false, 12, 2>");
+  EXPECT_EQ(dqd.flops(p), dq.flops(p) + 2.0 * 8 * 64 * 64);
 }
 
 TEST(AttnBwdFamilies, EveryDefaultConfigIsRejectedWithAReasonOrCoversTheProblem) {
@@ -447,7 +499,7 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
             if (variant & 2) dims["window"] = 16, dims["sink_tokens"] = 4;
             const auto p = problem(f, dims, d);
             const auto space = default_space(f);
-            if (std::string(name) == "attn_bwd_dkdv" || std::string(name) == "attn_bwd_dq") {
+            if (std::string(name) == "attn_bwd_dkdv" || std::string(name).rfind("attn_bwd_dq", 0) == 0) {
               if (variant == 3 && d == core::DType::bf16 && hd >= 64)
                 for (const auto& c : space) add(f, c, p);
               else
@@ -469,9 +521,12 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
       if (pre) params = "const " + t + "*, const " + t + "*, float*, int, int, long long, long long, long long";
       else if (sink) params = "const float*, const float*, const float*, float*, int, int, int";
       else {
-        params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, const float*, " + t + "*, ";
+        const bool dqd = kernel == "attn_bwd_dq_delta_kernel";  // D written, O last
+        params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, " +
+                 (dqd ? "float*, " : "const float*, ") + t + "*, ";
         if (kernel.rfind("attn_bwd_dkdv", 0) == 0) params += t + "*, float*, int, int, ";  // dv, workspace, sink_split, reduce
         params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
+        if (dqd) params += ", const " + t + "*";
       }
       inst.push_back("template __global__ void " + n + "(" + params + ");");
     }

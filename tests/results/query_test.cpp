@@ -246,3 +246,41 @@ TEST(QueryBackward, TakesTheFusedPassWhereItIsFaster) {
     EXPECT_EQ(configs.find("dkdv: ") != std::string::npos, !fused) << problem << ": " << configs;
   }
 }
+
+// attn_bwd_dq_delta (dQ with D = rowsum(dO * O) computed inline) + attn_bwd_dkdv stands in for the
+// preprocess + dkdv + dq where it is faster, also where no preprocess was run; the preprocess is not summed then.
+TEST(QueryBackward, TakesDqWithInlineDeltaWhereItIsFaster) {
+  Temp tmp{"query_backward_dq_delta"};
+  const std::string db = (tmp.dir / "d.sqlite").string();
+  {
+    flashtune::db::Store store(db);
+    const auto run = begin_fixture_run(store, "dqd_fixture");
+    auto rec = [&](const std::string& family, const flashtune::core::Problem& p, std::int64_t bm, double ms) {
+      record_stage(store, run, "dqd_fixture", family, p, bm, ms);
+    };
+    auto faster = attn_problem(1024, 1), slower = attn_problem(2048, 1), alone = attn_problem(4096, 1);
+    for (auto* p : {&faster, &slower, &alone}) p->dims["learned_sinks"] = 0;
+    for (const auto& p : {faster, slower}) {
+      rec("attn_bwd_preprocess", p, 128, 0.05);
+      rec("attn_bwd_dq", p, 64, 0.3);
+    }
+    for (const auto& p : {faster, slower, alone}) rec("attn_bwd_dkdv", p, 64, 0.4);
+    rec("attn_bwd_dq_delta", faster, 64, 0.32);  // 0.72 against 0.75
+    rec("attn_bwd_dq_delta", slower, 64, 0.36);  // 0.76 against 0.75
+    rec("attn_bwd_dq_delta", alone, 32, 0.33);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("query backward dqd_fixture --format json --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (const auto& row : rows) {
+    const std::string problem = row.at("problem"), configs = row.at("configs");
+    const bool inline_delta = problem.find("seq_q=2048") == std::string::npos;
+    const double expect = problem.find("seq_q=1024") != std::string::npos ? 0.72 : inline_delta ? 0.73 : 0.75;
+    EXPECT_NEAR(row.at("bwd_ms").get<double>(), expect, 1e-4) << problem;
+    EXPECT_EQ(configs.find("dq_delta: ") != std::string::npos, inline_delta) << problem << ": " << configs;
+    EXPECT_EQ(configs.find("preprocess: ") != std::string::npos, !inline_delta) << problem << ": " << configs;
+    EXPECT_NE(configs.find("dkdv: "), std::string::npos) << problem << ": " << configs;
+  }
+}
