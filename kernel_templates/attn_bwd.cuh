@@ -504,31 +504,6 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
   auto stat_at = [&](int lr) {
     return (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
   };
-  // Inline D: each of the four lanes of a row (t4) reads a quarter of the row's O and dO. At head dims up to
-  // 64 the reads are issued before the tile copies, so that their latency overlaps them (held in registers
-  // until summed below); at 128 that many registers spill, and they are read where they are summed.
-  enum : int {
-    kQuarter = kHeadDim / 4,
-    kVec = kQuarter < 8 ? kQuarter : 8,
-    kVecs = kQuarter / kVec,
-    kPart = kInlineDelta ? 1 : 0,
-    kEarly = kInlineDelta && kHeadDim <= 64,
-  };
-  auto read_part = [&](FtVec<T, kVec>(&op)[kPart ? kVecs : 1], FtVec<T, kVec>(&dp)[kPart ? kVecs : 1], int lr) {
-    const long long off = b * q_sb + head_of(lr) * q_sh + min(query_of(lr), seq_q - 1) * q_ss + t4 * kQuarter;
-#pragma unroll
-    for (int e = 0; e < kVecs; ++e) {
-      op[e] = load_vec<T, kVec>(o + off + e * kVec);
-      dp[e] = load_vec<T, kVec>(dout + off + e * kVec);
-    }
-  };
-  FtVec<T, kVec> o_part[kPart ? kMTiles : 1][2][kPart ? kVecs : 1], do_part[kPart ? kMTiles : 1][2][kPart ? kVecs : 1];
-  if constexpr (kEarly) {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) read_part(o_part[mt][r], do_part[mt][r], warp_row0 + mt * 16 + g + 8 * r);
-  }
   if constexpr (kPackHeads == 1) {
     ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_q, q + q_off, q_ss, m1 - m0);
     ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_do, dout + q_off, q_ss, m1 - m0);
@@ -555,13 +530,17 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
       const long long at = stat_at(lr);
       lse2[mt][r] = lse[at] * kLog2e;
       if constexpr (kInlineDelta) {
-        if constexpr (!kEarly) read_part(o_part[mt][r], do_part[mt][r], lr);
+        // Read here rather than before the tile copies: held in registers that long, the reads cost more
+        // (5% at 32 rows, 1 warp, min_blocks 12 on GPT-OSS, H100) than their latency.
+        enum : int { kQuarter = kHeadDim / 4, kVec = kQuarter < 8 ? kQuarter : 8 };
+        const long long off = b * q_sb + head_of(lr) * q_sh + min(query_of(lr), seq_q - 1) * q_ss + t4 * kQuarter;
         float sum = 0.f;
 #pragma unroll
-        for (int e = 0; e < kVecs; ++e)
+        for (int e0 = 0; e0 < kQuarter; e0 += kVec) {
+          const FtVec<T, kVec> x = load_vec<T, kVec>(o + off + e0), y = load_vec<T, kVec>(dout + off + e0);
 #pragma unroll
-          for (int x = 0; x < kVec; ++x)
-            sum = fmaf(to_float(o_part[mt][r][e].v[x]), to_float(do_part[mt][r][e].v[x]), sum);
+          for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(x.v[e]), to_float(y.v[e]), sum);
+        }
         sum = warp_sum<4>(sum);
         d_row[mt][r] = sum;
         if (t4 == 0 && query_of(lr) < seq_q) delta[at] = sum;
