@@ -284,6 +284,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     kStageBytes = 2 * kTileBytes + 2 * kBlockM * 4,  // Q, dO, LSE, D
   };
   const float kLog2e = 1.4426950408889634f;
+  constexpr FtLoad kLoad = FtLoadFor<kHeadDim, kThreads, kMinBlocks>::value;
   const int split = kWindow ? sink_split : 1;
   const int sink_rows = kWindow && split > 1 ? min(sink_tokens, seq_k) : 0;
   const int h_kv = blockIdx.y, b = blockIdx.z;
@@ -355,15 +356,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     load_at.next();
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
     const long long off = b * q_sb + h * q_sh + m0 * q_ss;
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(dst, q + off, q_ss, seq_q - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst, q + off, q_ss, seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
     const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
     ft_load_lse_delta<kBlockM, kThreads>(dst + 2 * kTileBytes, lse + row0, delta + row0, seq_q - m0);
   };
 
   const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(smem_k, k + kv_off, k_ss, seq_k - n0);
-  ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(smem_v, v + kv_off, k_ss, seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_k, k + kv_off, k_ss, seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_v, v + kv_off, k_ss, seq_k - n0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // its rows itself (from `o`, which shares Q's strides) and writes it to `delta` for the stages after it
 // (attn_bwd_dkdv, attn_bwd_dsink); otherwise (attn_bwd_dq_kernel) it reads `delta` and `o` is null.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
-          int kPackHeads, bool kInlineDelta>
+          int kMinBlocks, int kPackHeads, bool kInlineDelta>
 __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const T* __restrict__ k,
                                                  const T* __restrict__ v, const T* __restrict__ dout,
                                                  const float* __restrict__ lse, float* __restrict__ delta,
@@ -470,9 +471,12 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
   };
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ __align__(128) unsigned char ft_smem[];
+  enum : int { kRowBytes = kBlockM * kHeadDim * 2 };  // one Q, dO or O tile
+  constexpr FtLoad kLoad = FtLoadFor<kHeadDim, kThreads, kMinBlocks>::value;
   const unsigned smem_q = ft_smem_u32(ft_smem);
-  const unsigned smem_do = smem_q + kBlockM * kHeadDim * 2;
-  const unsigned smem_kv = smem_do + kBlockM * kHeadDim * 2;  // stage s: K at + 2s * kTileBytes, V after it
+  const unsigned smem_do = smem_q + kRowBytes;
+  const unsigned smem_o = smem_do + kRowBytes;  // inline D only
+  const unsigned smem_kv = smem_do + (kInlineDelta ? 2 : 1) * kRowBytes;  // stage s: K at + 2s * kTileBytes, V after it
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -497,57 +501,70 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kLean>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
   };
   // Block row lr's place in LSE and D (rows past seq_q clamped to the last row: read, never written).
   auto stat_at = [&](int lr) {
     return (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
   };
   if constexpr (kPackHeads == 1) {
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_q, q + q_off, q_ss, m1 - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kLean>(smem_do, dout + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_q, q + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_do, dout + q_off, q_ss, m1 - m0);
+    if constexpr (kInlineDelta) ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_o, o + q_off, q_ss, m1 - m0);
   } else {
     ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
         smem_q, [&](int r) -> const T* { return query_of(r) < seq_q ? q + row_off(r) : nullptr; });
     ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
         smem_do, [&](int r) -> const T* { return query_of(r) < seq_q ? dout + row_off(r) : nullptr; });
+    if constexpr (kInlineDelta)
+      ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
+          smem_o, [&](int r) -> const T* { return query_of(r) < seq_q ? o + row_off(r) : nullptr; });
   }
+  // Inline D: the O tile lands with Q and dO in a group of its own (the oldest, so the first tile's wait
+  // covers it); D is summed from shared memory there, where the block waits anyway.
+  if constexpr (kInlineDelta) ft_cp_async_commit();
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);
     ft_cp_async_commit();
   }
 
-  // LSE (log2 units) and D of the two rows a lane owns per 16-row tile. Inline D: the row's four lanes
-  // (t4 = 0..3) each add dO * O over their quarter of the head dim, then combine their sums.
+  // LSE (log2 units) and D of the two rows a lane owns per 16-row tile.
   float lse2[kMTiles][2], d_row[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int lr = warp_row0 + mt * 16 + g + 8 * r;
-      const long long at = stat_at(lr);
+      const long long at = stat_at(warp_row0 + mt * 16 + g + 8 * r);
       lse2[mt][r] = lse[at] * kLog2e;
-      if constexpr (kInlineDelta) {
-        // Read here rather than before the tile copies: held in registers that long, the reads cost more
-        // (5% at 32 rows, 1 warp, min_blocks 12 on GPT-OSS, H100) than their latency.
-        enum : int { kQuarter = kHeadDim / 4, kVec = kQuarter < 8 ? kQuarter : 8 };
-        const long long off = b * q_sb + head_of(lr) * q_sh + min(query_of(lr), seq_q - 1) * q_ss + t4 * kQuarter;
+      if constexpr (!kInlineDelta) d_row[mt][r] = delta[at];
+    }
+  // Inline D from the O and dO tiles once they have landed: the row's four lanes (t4 = 0..3) each add
+  // dO * O over their quarter of the head dim (16 or 8 bytes at a time), then combine their sums; the
+  // lane t4 = 0 writes D of its rows below seq_q. (Read from global memory before the loop instead, the
+  // reads' latency stood in every block's way: 13% of the stall samples.)
+  auto inline_delta = [&] {
+    enum : int { kQuarter = kHeadDim / 4, kVec = kQuarter < 8 ? kQuarter : 8 };
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int lr = warp_row0 + mt * 16 + g + 8 * r;
         float sum = 0.f;
 #pragma unroll
         for (int e0 = 0; e0 < kQuarter; e0 += kVec) {
-          const FtVec<T, kVec> x = load_vec<T, kVec>(o + off + e0), y = load_vec<T, kVec>(dout + off + e0);
+          const int col = t4 * kQuarter + e0;
+          const unsigned off = FtSwizzle<kHeadDim>::offset(lr, col / 8) + (col % 8) * 2;
+          const FtVec<T, kVec> x = load_vec<T, kVec>(reinterpret_cast<const T*>(ft_smem + 2 * kRowBytes + off));
+          const FtVec<T, kVec> y = load_vec<T, kVec>(reinterpret_cast<const T*>(ft_smem + kRowBytes + off));
 #pragma unroll
           for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(x.v[e]), to_float(y.v[e]), sum);
         }
-        sum = warp_sum<4>(sum);
-        d_row[mt][r] = sum;
-        if (t4 == 0 && query_of(lr) < seq_q) delta[at] = sum;
-      } else {
-        d_row[mt][r] = delta[at];
+        d_row[mt][r] = warp_sum<4>(sum);
+        if (t4 == 0 && query_of(lr) < seq_q) delta[stat_at(lr)] = d_row[mt][r];
       }
-    }
+  };
   const float scale_log2 = scale * kLog2e;
   float dq_acc[kMTiles][kDTiles][4];
   ft_zero<T>(dq_acc);
@@ -557,6 +574,8 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
     ft_cp_async_commit();
     ft_cp_async_wait<kStages - 1>();
     __syncthreads();
+    if constexpr (kInlineDelta)
+      if (i == 0) inline_delta();
     const unsigned smem_k = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
     const unsigned smem_v = smem_k + kTileBytes;
     const int n0 = tiles.tile(i) * kBlockN;
@@ -587,6 +606,12 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
   }
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
+  if constexpr (kInlineDelta) {
+    if (n_tiles == 0) {  // rows that see no key: D is still theirs to write
+      __syncthreads();
+      inline_delta();
+    }
+  }
   if constexpr (kPackHeads == 1)
     ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
   else
@@ -603,7 +628,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                        T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
                        int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
                        long long k_sh, long long k_ss) {
-  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kPackHeads, false>(
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, false>(
       q, k, v, dout, lse, const_cast<float*>(delta), dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
       q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, nullptr);
 }
@@ -618,7 +643,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
                              T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
                              int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss,
                              long long k_sb, long long k_sh, long long k_ss, const T* __restrict__ o) {
-  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kPackHeads, true>(
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, true>(
       q, k, v, dout, lse, delta, dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb, q_sh, q_ss,
       k_sb, k_sh, k_ss, o);
 }

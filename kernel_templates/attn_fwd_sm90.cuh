@@ -187,6 +187,7 @@ __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, l
     }
     return;
   }
+  static_assert(kMode != FtLoad::kStepped, "ft_load_tile_sw128: kHoisted, kLean or kRolled");
   const unsigned tid = kMode == FtLoad::kLean ? ft_opaque(unsigned(threadIdx.x)) : unsigned(threadIdx.x);
   const long long stride = kMode == FtLoad::kLean ? ft_opaque(row_stride) : row_stride;
 #pragma unroll

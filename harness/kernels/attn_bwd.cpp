@@ -701,6 +701,10 @@ class AttnBwdDqDelta final : public AttnBwdDq {
     return a;
   }
   std::string kernel() const override { return "attn_bwd_dq_delta_kernel"; }
+  // dq's tiles and the O tile (D is summed from shared memory).
+  std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const override {
+    return AttnBwdDq::smem_bytes(c, p) + 2 * c.at("block_m") * p.at("head_dim");
+  }
   /// dQ's 6 * head_dim per visible pair and query head, and 2 per element of O for D.
   double flops(const core::Problem& p) const override { return AttnBwdDq::flops(p) + 2.0 * double(elements_q(p)); }
   /// dQ from the naive backward given this O (its D = rowsum(dO * O)), sampled rows when large; D whole.
