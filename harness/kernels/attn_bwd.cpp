@@ -95,6 +95,24 @@ std::vector<double> o_for_delta(const core::Problem& p, const std::vector<double
   return o;
 }
 
+// D = rowsum(dO * O) of every row, in double or (RefPrecision::same) summed in fp32 as the kernels do.
+std::vector<double> delta_of(const core::Problem& p, const std::vector<double>& o, const std::vector<double>& dout,
+                             RefPrecision precision) {
+  const std::int64_t d = p.at("head_dim");
+  std::vector<double> delta(std::size_t(elements_rows(p)), 0.0);
+  for (std::size_t r = 0; r < delta.size(); ++r) {
+    double sd = 0;
+    float sf = 0;
+    for (std::int64_t e = 0; e < d; ++e) {
+      const std::size_t x = r * std::size_t(d) + std::size_t(e);
+      sd += o[x] * dout[x];
+      sf += float(o[x]) * float(dout[x]);
+    }
+    delta[r] = precision == RefPrecision::f64 ? sd : double(sf);
+  }
+  return delta;
+}
+
 // Marks `rows` (of `seq` per head, over `heads` heads of `width` elements each) checked; empty = all.
 std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, std::int64_t heads, std::int64_t seq,
                                        std::int64_t width) {
@@ -171,19 +189,7 @@ class AttnBwdPreprocess final : public AttnBwdBase {
   void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
                  RefPrecision precision) const override {
     if (in.size() != 2 || out.size() != 1) throw core::Error(name() + ".reference: expects o, dout -> delta");
-    const std::int64_t d = p.at("head_dim");
-    auto& delta = out[0].values;
-    delta.assign(std::size_t(elements_rows(p)), 0.0);
-    for (std::size_t r = 0; r < delta.size(); ++r) {
-      double s = 0;
-      float sf = 0;
-      for (std::int64_t e = 0; e < d; ++e) {
-        const std::size_t x = r * std::size_t(d) + std::size_t(e);
-        s += in[0].values[x] * in[1].values[x];
-        sf += float(in[0].values[x]) * float(in[1].values[x]);
-      }
-      delta[r] = precision == RefPrecision::f64 ? s : double(sf);
-    }
+    out[0].values = delta_of(p, in[0].values, in[1].values, precision);
     out[0].checked.clear();
   }
   // A sum of head_dim products of values in [-1, 1]: a few fp32 ulps of head_dim.
@@ -734,19 +740,7 @@ class AttnBwdDqDelta final : public AttnBwdDq {
     else
       reference::attention_backward_naive_rows<float>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
     take(g, out, q_rows, k_rows, p);
-    const std::int64_t d = p.at("head_dim");
-    auto& delta = out[1].values;
-    delta.assign(std::size_t(elements_rows(p)), 0.0);
-    for (std::size_t r = 0; r < delta.size(); ++r) {
-      double sd = 0;
-      float sf = 0;
-      for (std::int64_t e = 0; e < d; ++e) {
-        const std::size_t x = r * std::size_t(d) + std::size_t(e);
-        sd += o[x] * dout[x];
-        sf += float(o[x]) * float(dout[x]);
-      }
-      delta[r] = precision == RefPrecision::f64 ? sd : double(sf);
-    }
+    out[1].values = delta_of(p, o, dout, precision);
     out[1].checked.clear();
     if (precision == RefPrecision::same) reference::round_all(out[0].dtype, out[0].values);
   }
