@@ -360,33 +360,41 @@ class AttnBwdGrad : public AttnBwdBase {
                  RefPrecision precision) const override {
     if (in.size() != 6 || out.size() != outputs(p).size())
       throw core::Error(name() + ".reference: expects q, k, v, dout, lse, delta -> gradients");
-    const auto s = attn::shape_of(p);
-    // TF32: the same-precision reference multiplies the operands the tensor cores see, rounded to tf32.
+    naive_gradients(p, in, precision, nullptr, out);
+  }
+
+ protected:
+  /// The naive double (or fp32) backward of the rows this stage checks (rows_to_check), into its outputs()
+  /// (take()), from in's Q, K, V, dO and LSE and the O given, or (nullptr) an O whose rowsum(dO * O) is in's
+  /// D. TF32: the same-precision reference multiplies the operands the tensor cores see, rounded to tf32.
+  void naive_gradients(const core::Problem& p, const std::vector<HostTensor>& in, RefPrecision precision,
+                       const std::vector<double>* o_given, std::vector<HostTensor>& out) const {
     const bool tf32 = precision == RefPrecision::same && p.get("tf32", 0);
-    auto operand = [&](int i) {
-      std::vector<double> x = in[std::size_t(i)].values;
-      if (tf32)
-        for (double& e : x) e = reference::round_tf32(e);
-      return x;
+    std::vector<double> rounded[kLse];  // Q, K, V, dO rounded to tf32, only when tf32
+    auto operand = [&](int i) -> const std::vector<double>& {
+      if (!tf32) return in[std::size_t(i)].values;
+      rounded[i] = in[std::size_t(i)].values;
+      for (double& e : rounded[i]) e = reference::round_tf32(e);
+      return rounded[i];
     };
-    const auto q = operand(kQ), k = operand(kK), v = operand(kV), dout = operand(kDout);
-    const auto o = o_for_delta(p, dout, in[kDelta].values);
+    const auto &q = operand(kQ), &k = operand(kK), &v = operand(kV), &dout = operand(kDout);
+    const std::vector<double> o_built = o_given ? std::vector<double>{} : o_for_delta(p, dout, in[kDelta].values);
+    const std::vector<double>& o = o_given ? *o_given : o_built;
     std::vector<std::int64_t> q_rows, k_rows;
     rows_to_check(p, q_rows, k_rows);
     reference::AttnGrads g;
     const std::vector<double> no_sinks;
-    reference::AttnShape s2 = s;
-    s2.learned_sinks = false;  // the sink enters through LSE; its gradient is attn_bwd_dsink's
+    reference::AttnShape s = attn::shape_of(p);
+    s.learned_sinks = false;  // the sink enters through LSE; its gradient is attn_bwd_dsink's
     if (precision == RefPrecision::f64)
-      reference::attention_backward_naive_rows<double>(s2, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
+      reference::attention_backward_naive_rows<double>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
     else
-      reference::attention_backward_naive_rows<float>(s2, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
+      reference::attention_backward_naive_rows<float>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
     take(g, out, q_rows, k_rows, p);
     if (precision == RefPrecision::same)
-      for (auto& t : out) reference::round_all(t.dtype, t.values);
+      for (std::size_t i = 0; i < outputs(p).size(); ++i) reference::round_all(out[i].dtype, out[i].values);
   }
 
- protected:
   // min_blocks (the mma.sync kernels at fp16 / bf16): blocks per SM the kernel is compiled to fit
   // (__launch_bounds__), which caps its registers at 65536 / (32 num_warps min_blocks). For short loops
   // (windows), where more resident blocks hide the latency of each one's chain of MMAs.
@@ -674,9 +682,9 @@ class AttnBwdDq : public AttnBwdGrad {
 };
 
 
-// dQ with the preprocess fused in (attn_bwd_dq_kernel<..., kInlineDelta = true>): each block computes
-// D = rowsum(dO * O) of its rows from O, uses it, and writes it out for attn_bwd_dkdv and attn_bwd_dsink,
-// which run after it. Replaces attn_bwd_preprocess + attn_bwd_dq (one launch and one pass over O and dO
+// dQ with the preprocess fused in (attn_bwd_dq_delta_kernel): each block copies its O tile into shared memory
+// with Q and dO, sums D = rowsum(dO * O) of its rows there, uses it, and writes it out for attn_bwd_dkdv and
+// attn_bwd_dsink, which run after it. Replaces attn_bwd_preprocess + attn_bwd_dq (one launch and one pass over O and dO
 // fewer); `flashtune query backward` takes it where dq_delta + dkdv beats the other ways. fp16 / bf16.
 class AttnBwdDqDelta final : public AttnBwdDq {
  public:
@@ -692,18 +700,12 @@ class AttnBwdDqDelta final : public AttnBwdDq {
       return "attn_bwd_dq_delta supports f16 and bf16 only (fp32: attn_bwd_preprocess + attn_bwd_dq)";
     return AttnBwdDq::check_problem(p);
   }
-  // q, k, v, dout, lse, o in; dq, delta out.
+  // dq's buffers with O (input) in D's place and D appended as an output: q, k, v, dout, lse, o in; dq, delta out.
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    const double r = double(p.get("qk_range", 1));
-    const auto [lo, hi] = lse_range(p, false);
-    return {{"q", p.dtype, elements_q(p), BufferRole::input, -r, r},
-            {"k", p.dtype, elements_kv(p), BufferRole::input, -r, r},
-            {"v", p.dtype, elements_kv(p), BufferRole::input, -1.0, 1.0},
-            {"dout", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
-            {"lse", core::DType::f32, elements_rows(p), BufferRole::input, lo, hi},
-            {"o", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
-            {"dq", p.dtype, elements_q(p), BufferRole::output, 0, 0},
-            {"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0}};
+    auto b = AttnBwdDq::buffers(p);
+    b[kDqdO] = {"o", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0};
+    b.push_back({"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0});
+    return b;
   }
   // dq's arguments with delta (written) in D's place and O last.
   std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
@@ -724,25 +726,9 @@ class AttnBwdDqDelta final : public AttnBwdDq {
   void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
                  RefPrecision precision) const override {
     if (in.size() != 6 || out.size() != 2) throw core::Error(name() + ".reference: expects q, k, v, dout, lse, o -> dq, delta");
-    std::vector<std::int64_t> q_rows, k_rows;
-    rows_to_check(p, q_rows, k_rows);
-    reference::AttnShape s = attn::shape_of(p);
-    s.learned_sinks = false;  // the sink enters through LSE
-    const std::vector<double> no_sinks;
-    const auto& q = in[kQ].values;
-    const auto& k = in[kK].values;
-    const auto& v = in[kV].values;
-    const auto& dout = in[kDout].values;
-    const auto& o = in[kDqdO].values;
-    reference::AttnGrads g;
-    if (precision == RefPrecision::f64)
-      reference::attention_backward_naive_rows<double>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
-    else
-      reference::attention_backward_naive_rows<float>(s, q, k, v, no_sinks, o, in[kLse].values, dout, q_rows, k_rows, g);
-    take(g, out, q_rows, k_rows, p);
-    out[1].values = delta_of(p, o, dout, precision);
+    naive_gradients(p, in, precision, &in[kDqdO].values, out);
+    out[1].values = delta_of(p, in[kDqdO].values, in[kDout].values, precision);
     out[1].checked.clear();
-    if (precision == RefPrecision::same) reference::round_all(out[0].dtype, out[0].values);
   }
 };
 
