@@ -117,7 +117,7 @@ __device__ __forceinline__ long long ft_opaque(long long x) {
 //   kStepped: as kLean, but each thread keeps one row pointer and steps it (no per-copy row / chunk
 //             arithmetic, no address select): 7-14% faster dQ on GPT-OSS (H100), but it holds 2-3 more
 //             registers across the copies, which spill in kernels near the register cap (FtLoadFor).
-// kRolled is the loop from threadIdx.x, kept where even kLean spills (the fused wgmma backward, sm90 only).
+// kRolled is the loop from threadIdx.x, kept where even kLean spills (the fused wgmma backward).
 enum class FtLoad { kHoisted, kLean, kStepped, kRolled };
 
 // The backward mma.sync kernels' loader: kStepped where the register cap leaves room for it (head dim
@@ -128,17 +128,29 @@ struct FtLoadFor {
       kHeadDim <= 64 && 65536 / (kThreads * kMinBlocks) >= 160 ? FtLoad::kStepped : FtLoad::kLean;
 };
 
-// Issues the cp.async copies of rows [0, kRows) of a tile whose first row is `src`; rows at or past
-// `valid` are zero-filled (their source clamped to `src`, never dereferenced).
-template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode>
-__device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long long row_stride, int valid) {
-  static_assert(kMode != FtLoad::kRolled, "ft_load_tile has the unrolled modes only");
+// Issues the cp.async copies of rows [0, kRows) of a tile whose first row is `src`, chunk c (16 bytes) of row r
+// landing at dst + offset(r, c); rows at or past `valid` are zero-filled (in kStepped their address, past the
+// tile, is never read; elsewhere clamped to `src`). ft_load_tile and the wgmma kernels' ft_load_tile_sw128
+// differ only in `offset`: the XOR-swizzled mma.sync layout or the 128-byte-slab wgmma layout.
+template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode, typename Offset>
+__device__ __forceinline__ void ft_load_tile_at(unsigned dst, const T* src, long long row_stride, int valid,
+                                                Offset offset) {
   enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
+  if constexpr (kMode == FtLoad::kRolled) {
+#pragma unroll
+    for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
+      const int r = idx / kChunks, c = idx % kChunks;
+      const bool in = r < valid;
+      const T* p = in ? src + r * row_stride + c * 8 : src;
+      ft_cp_async16(dst + offset(r, c), p, in ? 16 : 0);
+    }
+    return;
+  }
   const unsigned tid = kMode != FtLoad::kHoisted ? ft_opaque(unsigned(threadIdx.x)) : unsigned(threadIdx.x);
   const long long stride = kMode != FtLoad::kHoisted ? ft_opaque(row_stride) : row_stride;
   if constexpr (kMode == FtLoad::kStepped && kThreads % kChunks == 0) {
-    // Each thread keeps its chunk c and steps kRowStep rows per copy; a row past `valid` is zero-filled
-    // (src-size 0: its address, past the tile, is never read), so no address select per copy.
+    // Each thread keeps its chunk c and steps kRowStep rows per copy: no per-copy row / chunk arithmetic and
+    // no address select.
     enum : int { kRowStep = kThreads / kChunks };
     const unsigned r0 = tid / kChunks, c = tid % kChunks;
     const T* p0 = src + r0 * stride + c * 8;
@@ -146,8 +158,7 @@ __device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long lo
     for (int it = 0; it < kIters; ++it) {
       const unsigned r = r0 + unsigned(it * kRowStep);
       if (kTotal % kThreads != 0 && r >= unsigned(kRows)) break;
-      ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(int(r), int(c)), p0 + (it * kRowStep) * stride,
-                    int(r) < valid ? 16 : 0);
+      ft_cp_async16(dst + offset(r, c), p0 + (it * kRowStep) * stride, int(r) < valid ? 16 : 0);
     }
     return;
   }
@@ -158,8 +169,21 @@ __device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long lo
     const unsigned r = idx / kChunks, c = idx % kChunks;
     const bool in = int(r) < valid;
     const T* p = in ? src + r * stride + c * 8 : src;
-    ft_cp_async16(dst + FtSwizzle<kHeadDim>::offset(int(r), int(c)), p, in ? 16 : 0);
+    ft_cp_async16(dst + offset(r, c), p, in ? 16 : 0);
   }
+}
+
+// The mma.sync kernels' tiles: rows of kHeadDim / 8 chunks, XOR-swizzled (FtSwizzle).
+template <int kHeadDim>
+struct FtSwizzleOffset {
+  template <typename I>
+  __device__ __forceinline__ unsigned operator()(I r, I c) const {
+    return FtSwizzle<kHeadDim>::offset(int(r), int(c));
+  }
+};
+template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode>
+__device__ __forceinline__ void ft_load_tile(unsigned dst, const T* src, long long row_stride, int valid) {
+  ft_load_tile_at<kRows, kHeadDim, kThreads, T, kMode>(dst, src, row_stride, valid, FtSwizzleOffset<kHeadDim>{});
 }
 
 // The same for rows gathered one by one: row r of the tile is row_src(r), or zero-filled when that is

@@ -171,35 +171,19 @@ struct FtWgmma<ft_bf16, 128> {
   }
 };
 
-// Issues the cp.async copies of rows [0, kRows) of a tile into the 128-byte-slab layout wgmma reads; rows
-// at or past `valid` are zero-filled. kMode as ft_load_tile's (attn_fwd.cuh): kHoisted for the forward,
-// kLean for the wgmma dK / dV loop, kRolled for the fused backward (unrolled, it spills 4-20 bytes at d64).
+// The wgmma kernels' tiles (ft_load_tile_at, attn_fwd.cuh): slab s = columns [64 s, 64 s + 64) at s * kRows * 128
+// bytes, 128-byte rows whose 16-byte chunks are XOR-swizzled by the row. kMode: kHoisted for the forward, kLean
+// for the wgmma dK / dV loop, kRolled for the fused backward (unrolled, it spills 4-20 bytes at d64).
+template <int kRows>
+struct FtSlabOffset {
+  template <typename I>
+  __device__ __forceinline__ unsigned operator()(I r, I c) const {
+    return unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+  }
+};
 template <int kRows, int kHeadDim, int kThreads, typename T, FtLoad kMode>
 __device__ __forceinline__ void ft_load_tile_sw128(unsigned dst, const T* src, long long row_stride, int valid) {
-  enum : int { kChunks = kHeadDim / 8, kTotal = kRows * kChunks, kIters = (kTotal + kThreads - 1) / kThreads };
-  if constexpr (kMode == FtLoad::kRolled) {
-#pragma unroll
-    for (int idx = threadIdx.x; idx < kTotal; idx += kThreads) {
-      const int r = idx / kChunks, c = idx % kChunks;
-      const bool in = r < valid;
-      const T* p = in ? src + r * row_stride + c * 8 : src;
-      ft_cp_async16(dst + unsigned((c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16)), p, in ? 16 : 0);
-    }
-    return;
-  }
-  static_assert(kMode != FtLoad::kStepped, "ft_load_tile_sw128: kHoisted, kLean or kRolled");
-  const unsigned tid = kMode == FtLoad::kLean ? ft_opaque(unsigned(threadIdx.x)) : unsigned(threadIdx.x);
-  const long long stride = kMode == FtLoad::kLean ? ft_opaque(row_stride) : row_stride;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const unsigned idx = unsigned(it * kThreads) + tid;
-    if (kTotal % kThreads != 0 && idx >= unsigned(kTotal)) break;
-    const unsigned r = idx / kChunks, c = idx % kChunks;
-    const bool in = int(r) < valid;
-    const T* p = in ? src + r * stride + c * 8 : src;
-    const unsigned off = (c / 8) * kRows * 128 + r * 128 + (((c % 8) ^ (r % 8)) * 16);
-    ft_cp_async16(dst + off, p, in ? 16 : 0);
-  }
+  ft_load_tile_at<kRows, kHeadDim, kThreads, T, kMode>(dst, src, row_stride, valid, FtSlabOffset<kRows>{});
 }
 
 // Like ft_load_tile_sw128, but row r comes from row_src(r), a pointer or nullptr (zero-filled): the
