@@ -197,25 +197,24 @@ struct FtItemCursor {
 // row, each reading 16 bytes (kVec = 8 fp16 / bf16 or 4 fp32 elements) of O and dO.
 template <typename T, int kHeadDim, int kBlockM, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_preprocess_kernel(const T* __restrict__ o, const T* __restrict__ dout, float* __restrict__ delta,
-                               int heads_q, int seq_q, long long q_sb, long long q_sh, long long q_ss) {
+    attn_bwd_preprocess_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
   enum : int { kVec = 16 / sizeof(T), kLanes = kHeadDim / kVec, kRowsPerPass = 32 / kLanes };
   static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / kVec lanes per row");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * kBlockM;
-  const long long head = b * q_sb + h * q_sh;
+  const long long head = b * p.q_sb + h * p.q_sh;
   for (int base = warp * kRowsPerPass; base < kBlockM; base += kWarps * kRowsPerPass) {
     const int row = m0 + base + lane / kLanes;
-    const bool in = base + lane / kLanes < kBlockM && row < seq_q;
+    const bool in = base + lane / kLanes < kBlockM && row < p.seq_q;
     float sum = 0.f;
     if (in) {
-      const long long off = head + row * q_ss + (lane % kLanes) * kVec;
-      const FtVec<T, kVec> a = load_vec<T, kVec>(o + off), d = load_vec<T, kVec>(dout + off);
+      const long long off = head + row * p.q_ss + (lane % kLanes) * kVec;
+      const FtVec<T, kVec> a = load_vec<T, kVec>(p.o + off), d = load_vec<T, kVec>(p.dout + off);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(a.v[e]), to_float(d.v[e]), sum);
     }
     sum = warp_sum<kLanes>(sum);
-    if (in && lane % kLanes == 0) delta[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = sum;
+    if (in && lane % kLanes == 0) p.delta[(static_cast<long long>(b) * p.heads_q + h) * p.seq_q + row] = sum;
   }
 }
 
@@ -224,16 +223,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 // sum, then the warps' sums added in warp order: the same bits on every run.
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_dsink_kernel(const float* __restrict__ sinks, const float* __restrict__ lse,
-                          const float* __restrict__ delta, float* __restrict__ dsinks, int batch, int heads_q,
-                          int seq_q) {
+    attn_bwd_dsink_kernel(const __grid_constant__ FtAttnBwdParams<float> p) {
   __shared__ float part[kWarps];
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float s = sinks[h];
+  const float s = p.sinks[h];
   float sum = 0.f;
-  for (int b = 0; b < batch; ++b) {
-    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q;
-    for (int i = threadIdx.x; i < seq_q; i += kWarps * 32) sum += exp_of(s - lse[row0 + i]) * delta[row0 + i];
+  for (int b = 0; b < p.batch; ++b) {
+    const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q;
+    for (int i = threadIdx.x; i < p.seq_q; i += kWarps * 32) sum += exp_of(s - p.lse[row0 + i]) * p.delta[row0 + i];
   }
   sum = warp_sum(sum);
   if (lane == 0) part[warp] = sum;
@@ -241,7 +238,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (threadIdx.x == 0) {
     float total = 0.f;
     for (int w = 0; w < kWarps; ++w) total += part[w];
-    dsinks[h] = -total;
+    p.dsinks[h] = -total;
   }
 }
 
@@ -267,12 +264,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    attn_bwd_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                         const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-                         T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ ws, int heads_q, int heads_kv,
-                         int seq_q, int seq_k, int window, int sink_tokens, int sink_split, int reduce, float scale,
-                         long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                         long long k_ss) {
+    attn_bwd_dkdv_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
   static_assert(kHeadDim % 16 == 0 && kBlockM % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockN % (16 * kWarps) == 0 && kBlockN / (16 * kWarps) <= 2, "a warp owns 16 or 32 keys");
   enum : int {
@@ -285,15 +277,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   };
   const float kLog2e = 1.4426950408889634f;
   constexpr FtLoad kLoad = FtLoadFor<kHeadDim, kThreads, kMinBlocks>::value;
-  const int split = kWindow ? sink_split : 1;
-  const int sink_rows = kWindow && split > 1 ? min(sink_tokens, seq_k) : 0;
+  const int split = kWindow ? p.sink_split : 1;
+  const int sink_rows = kWindow && split > 1 ? min(p.sink_tokens, p.seq_k) : 0;
   const int h_kv = blockIdx.y, b = blockIdx.z;
   // One slot of the workspace: sink_rows x kHeadDim floats; dV's slots follow all of dK's.
   const long long slot_elems = static_cast<long long>(sink_rows) * kHeadDim;
-  const long long ws_dv = static_cast<long long>(gridDim.z) * heads_kv * (split + 1) * slot_elems;
-  float* const ws_head = ws + (static_cast<long long>(b) * heads_kv + h_kv) * (split + 1) * slot_elems;
+  const long long ws_dv = static_cast<long long>(gridDim.z) * p.heads_kv * (split + 1) * slot_elems;
+  float* const ws_head = p.ws + (static_cast<long long>(b) * p.heads_kv + h_kv) * (split + 1) * slot_elems;
 
-  if (reduce) {  // dK, dV of the sink rows: the S + 1 partial slots added in slot order
+  if (p.reduce) {  // dK, dV of the sink rows: the S + 1 partial slots added in slot order
     for (long long e = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; e < slot_elems;
          e += static_cast<long long>(gridDim.x) * kThreads) {
       float sk = 0.f, sv = 0.f;
@@ -301,9 +293,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
         sk += ws_head[s * slot_elems + e];
         sv += ws_head[ws_dv + s * slot_elems + e];
       }
-      const long long at = b * k_sb + h_kv * k_sh + (e / kHeadDim) * k_ss + e % kHeadDim;
-      dk[at] = from_float<T>(sk * scale);
-      dv[at] = from_float<T>(sv);
+      const long long at = b * p.k_sb + h_kv * p.k_sh + (e / kHeadDim) * p.k_ss + e % kHeadDim;
+      p.dk[at] = from_float<T>(sk * p.scale);
+      p.dv[at] = from_float<T>(sv);
     }
     return;
   }
@@ -316,26 +308,26 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int key_tiles = (seq_k + kBlockN - 1) / kBlockN;
+  const int key_tiles = (p.seq_k + kBlockN - 1) / kBlockN;
   int n_block = blockIdx.x, chunk = -1;  // chunk >= 0: an extra block of a split sink tile
   if (n_block >= key_tiles) {
     n_block = (blockIdx.x - key_tiles) / split;
     chunk = (blockIdx.x - key_tiles) % split;
   }
-  const int group = heads_q / heads_kv;
+  const int group = p.heads_q / p.heads_kv;
   const int n0 = n_block * kBlockN;
-  const int n1 = min(n0 + kBlockN, seq_k);
+  const int n1 = min(n0 + kBlockN, p.seq_k);
   const int warp_row0 = warp * kNTiles * 16;
   const bool split_tile = n0 < sink_rows;
 
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
   int t_first = rows.lo / kBlockM;  // this block's query tiles [t_first, t_first + t_count) ...
   int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
   int item0 = 0, n_items = group * t_count;  // ... and its items [item0, item0 + n_items) of them
   if (split_tile) {
     // t_mid: the end of the band of the tile's non-sink keys (none when all its keys are sinks).
-    const int band_hi = n1 <= sink_tokens ? 0 : min(seq_q, max(0, n1 - 1 - mask.offset + window));
+    const int band_hi = n1 <= p.sink_tokens ? 0 : min(p.seq_q, max(0, n1 - 1 - mask.offset + p.window));
     const int t_end = t_first + t_count;
     const int t_mid = min(t_end, max(t_first, (band_hi + kBlockM - 1) / kBlockM));
     if (chunk < 0) {
@@ -355,16 +347,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const int m0 = (t_first + load_at.tile) * kBlockM;
     load_at.next();
     const unsigned dst = smem_stages + unsigned((i % kStages) * kStageBytes);
-    const long long off = b * q_sb + h * q_sh + m0 * q_ss;
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst, q + off, q_ss, seq_q - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, dout + off, q_ss, seq_q - m0);
-    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
-    ft_load_lse_delta<kBlockM, kThreads>(dst + 2 * kTileBytes, lse + row0, delta + row0, seq_q - m0);
+    const long long off = b * p.q_sb + h * p.q_sh + m0 * p.q_ss;
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst, p.q + off, p.q_ss, p.seq_q - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, p.dout + off, p.q_ss, p.seq_q - m0);
+    const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q + m0;
+    ft_load_lse_delta<kBlockM, kThreads>(dst + 2 * kTileBytes, p.lse + row0, p.delta + row0, p.seq_q - m0);
   };
 
-  const long long kv_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
-  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_k, k + kv_off, k_ss, seq_k - n0);
-  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_v, v + kv_off, k_ss, seq_k - n0);
+  const long long kv_off = b * p.k_sb + h_kv * p.k_sh + n0 * p.k_ss;
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_k, p.k + kv_off, p.k_ss, p.seq_k - n0);
+  ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(smem_v, p.v + kv_off, p.k_ss, p.seq_k - n0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);
@@ -391,20 +383,23 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     float s[kNTiles][kQCols][4];
     ft_zero<T>(s);
     ft_mma_rows_by_rows<T, kHeadDim, kNTiles, kQCols>(s, smem_k, warp_row0, smem_q, 0);
-    const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
-    const float scale_log2 = scale * kLog2e;
+    const bool need_mask = m0 + kBlockM > p.seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+    const float scale_log2 = p.scale * kLog2e;
+    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
+      for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-      for (int qc = 0; qc < kQCols; ++qc)
+        for (int qc = 0; qc < kQCols; ++qc)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int col = qc * 8 + 2 * t4 + (c & 1);
-          const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
-          const float p = ft_exp2(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e));
-          const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key));
-          s[nt][qc][c] = vis ? p : 0.f;
-        }
+          for (int c = 0; c < 4; ++c) {
+            const int col = qc * 8 + 2 * t4 + (c & 1);
+            const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
+            const float prob = ft_exp2(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e));
+            const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
+            s[nt][qc][c] = vis ? prob : 0.f;
+          }
+    });
     unsigned pf[kNTiles][kQCols / 2][4];
     ft_pack_a<T>(pf, s);
     ft_mma_regs_by_tile<T, kHeadDim, kNTiles, kQCols / 2>(dv_acc, pf, smem_do, 0);
@@ -426,7 +421,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
 
-  const long long out_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
+  const long long out_off = b * p.k_sb + h_kv * p.k_sh + n0 * p.k_ss;
   if (split_tile) {  // sink rows: the fp32 partial into this block's slot; the tile's own block writes the rest
     float* slot = ws_head + (chunk + 1) * slot_elems + static_cast<long long>(n0) * kHeadDim;
     ft_store_rows_f32(slot, warp_row0, sink_rows - n0, dk_acc);
@@ -434,8 +429,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     if (chunk >= 0) return;
   }
   const int row_begin = max(0, sink_rows - n0);
-  ft_store_rows<T>(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale, row_begin);
-  ft_store_rows<T>(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f, row_begin);
+  ft_store_rows<T>(p.dk + out_off, p.k_ss, warp_row0, n1 - n0, dk_acc, p.scale, row_begin);
+  ft_store_rows<T>(p.dv + out_off, p.k_ss, warp_row0, n1 - n0, dv_acc, 1.f, row_begin);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,13 +446,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // (attn_bwd_dkdv, attn_bwd_dsink); otherwise (attn_bwd_dq_kernel) it reads `delta` and `o` is null.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           int kMinBlocks, int kPackHeads, bool kInlineDelta>
-__device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const T* __restrict__ k,
-                                                 const T* __restrict__ v, const T* __restrict__ dout,
-                                                 const float* __restrict__ lse, float* __restrict__ delta,
-                                                 T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k,
-                                                 int window, int sink_tokens, float scale, long long q_sb,
-                                                 long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                                                 long long k_ss, const T* __restrict__ o) {
+__device__ __forceinline__ void attn_bwd_dq_body(const FtAttnBwdParams<T> p) {
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
   static_assert(kPackHeads >= 1 && kBlockM % kPackHeads == 0, "block rows split evenly over the heads");
@@ -482,44 +471,44 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
   const int g = lane / 4, t4 = lane % 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
   const int h0 = blockIdx.y * kPackHeads, b = blockIdx.z;  // the block's first query head
-  const int h_kv = h0 / (heads_q / heads_kv);
+  const int h_kv = h0 / (p.heads_q / p.heads_kv);
   const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
-  const int m1 = min(m0 + kRowsPerHead, seq_q);
+  const int m1 = min(m0 + kRowsPerHead, p.seq_q);
   const int warp_row0 = warp * kMTiles * 16;
   // Block row lr: query row and query head.
   auto query_of = [&](int lr) { return m0 + lr % kRowsPerHead; };
   auto head_of = [&](int lr) { return h0 + lr / kRowsPerHead; };
-  auto row_off = [&](int lr) { return b * q_sb + head_of(lr) * q_sh + query_of(lr) * q_ss; };
+  auto row_off = [&](int lr) { return b * p.q_sb + head_of(lr) * p.q_sh + query_of(lr) * p.q_ss; };
 
-  const long long q_off = b * q_sb + h0 * q_sh + m0 * q_ss;
-  const T* k_head = k + b * k_sb + h_kv * k_sh;
-  const T* v_head = v + b * k_sb + h_kv * k_sh;
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const long long q_off = b * p.q_sb + h0 * p.q_sh + m0 * p.q_ss;
+  const T* k_head = p.k + b * p.k_sb + h_kv * p.k_sh;
+  const T* v_head = p.v + b * p.k_sb + h_kv * p.k_sh;
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
   const int n_tiles = tiles.count();
 
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, v_head + n0 * k_ss, k_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst, k_head + n0 * p.k_ss, p.k_ss, p.seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, kLoad>(dst + kTileBytes, v_head + n0 * p.k_ss, p.k_ss, p.seq_k - n0);
   };
   // Block row lr's place in LSE and D (rows past seq_q clamped to the last row: read, never written).
   auto stat_at = [&](int lr) {
-    return (static_cast<long long>(b) * heads_q + head_of(lr)) * seq_q + min(query_of(lr), seq_q - 1);
+    return (static_cast<long long>(b) * p.heads_q + head_of(lr)) * p.seq_q + min(query_of(lr), p.seq_q - 1);
   };
   if constexpr (kPackHeads == 1) {
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_q, q + q_off, q_ss, m1 - m0);
-    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_do, dout + q_off, q_ss, m1 - m0);
-    if constexpr (kInlineDelta) ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_o, o + q_off, q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_q, p.q + q_off, p.q_ss, m1 - m0);
+    ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_do, p.dout + q_off, p.q_ss, m1 - m0);
+    if constexpr (kInlineDelta) ft_load_tile<kBlockM, kHeadDim, kThreads, T, kLoad>(smem_o, p.o + q_off, p.q_ss, m1 - m0);
   } else {
     ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
-        smem_q, [&](int r) -> const T* { return query_of(r) < seq_q ? q + row_off(r) : nullptr; });
+        smem_q, [&](int r) -> const T* { return query_of(r) < p.seq_q ? p.q + row_off(r) : nullptr; });
     ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
-        smem_do, [&](int r) -> const T* { return query_of(r) < seq_q ? dout + row_off(r) : nullptr; });
+        smem_do, [&](int r) -> const T* { return query_of(r) < p.seq_q ? p.dout + row_off(r) : nullptr; });
     if constexpr (kInlineDelta)
       ft_load_rows<kBlockM, kHeadDim, kThreads, T>(
-          smem_o, [&](int r) -> const T* { return query_of(r) < seq_q ? o + row_off(r) : nullptr; });
+          smem_o, [&](int r) -> const T* { return query_of(r) < p.seq_q ? p.o + row_off(r) : nullptr; });
   }
   // Inline D: the O tile lands with Q and dO in a group of its own (the oldest, so the first tile's wait
   // covers it); D is summed from shared memory there, where the block waits anyway.
@@ -537,8 +526,8 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const long long at = stat_at(warp_row0 + mt * 16 + g + 8 * r);
-      lse2[mt][r] = lse[at] * kLog2e;
-      if constexpr (!kInlineDelta) d_row[mt][r] = delta[at];
+      lse2[mt][r] = p.lse[at] * kLog2e;
+      if constexpr (!kInlineDelta) d_row[mt][r] = p.delta[at];
     }
   // Inline D from the O and dO tiles once they have landed: the row's four lanes (t4 = 0..3) each add
   // dO * O over their quarter of the head dim (16 or 8 bytes at a time), then combine their sums; the
@@ -562,10 +551,10 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
           for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(x.v[e]), to_float(y.v[e]), sum);
         }
         d_row[mt][r] = warp_sum<4>(sum);
-        if (t4 == 0 && query_of(lr) < seq_q) delta[stat_at(lr)] = d_row[mt][r];
+        if (t4 == 0 && query_of(lr) < p.seq_q) p.delta[stat_at(lr)] = d_row[mt][r];
       }
   };
-  const float scale_log2 = scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e;
   float dq_acc[kMTiles][kDTiles][4];
   ft_zero<T>(dq_acc);
 
@@ -586,19 +575,22 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
     ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(s, smem_q, warp_row0, smem_k, 0);
     ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(dp, smem_do, warp_row0, smem_v, 0);
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
+    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
+        for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int r = c >> 1;
-          const int row = query_of(warp_row0 + mt * 16 + g + 8 * r);
-          const int key = n0 + nt * 8 + 2 * t4 + (c & 1);
-          const float p = ft_exp2(fmaf(s[mt][nt][c], scale_log2, -lse2[mt][r]));
-          const bool vis = !need_mask || mask.visible(row, key);
-          dp[mt][nt][c] = vis ? p * (dp[mt][nt][c] - d_row[mt][r]) : 0.f;
-        }
+          for (int c = 0; c < 4; ++c) {
+            const int r = c >> 1;
+            const int row = query_of(warp_row0 + mt * 16 + g + 8 * r);
+            const int key = n0 + nt * 8 + 2 * t4 + (c & 1);
+            const float prob = ft_exp2(fmaf(s[mt][nt][c], scale_log2, -lse2[mt][r]));
+            const bool vis = !kMasked || mask.visible(row, key);
+            dp[mt][nt][c] = vis ? prob * (dp[mt][nt][c] - d_row[mt][r]) : 0.f;
+          }
+    });
     unsigned dsf[kMTiles][kNTiles / 2][4];
     ft_pack_a<T>(dsf, dp);
     ft_mma_regs_by_tile<T, kHeadDim, kMTiles, kNTiles / 2>(dq_acc, dsf, smem_k, 0);
@@ -613,24 +605,18 @@ __device__ __forceinline__ void attn_bwd_dq_body(const T* __restrict__ q, const 
     }
   }
   if constexpr (kPackHeads == 1)
-    ft_store_rows<T>(dq + q_off, q_ss, warp_row0, m1 - m0, dq_acc, scale);
+    ft_store_rows<T>(p.dq + q_off, p.q_ss, warp_row0, m1 - m0, dq_acc, p.scale);
   else
-    ft_store_rows_at<T>([&](int lr) -> T* { return query_of(lr) < seq_q ? dq + row_off(lr) : nullptr; }, warp_row0,
-                        dq_acc, scale);
+    ft_store_rows_at<T>([&](int lr) -> T* { return query_of(lr) < p.seq_q ? p.dq + row_off(lr) : nullptr; }, warp_row0,
+                        dq_acc, p.scale);
 }
 
 // The attn_bwd_dq family's kernel: D read from `delta` (attn_bwd_preprocess's).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           int kMinBlocks, int kPackHeads = 1>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    attn_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                       const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
-                       T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                       int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                       long long k_sh, long long k_ss) {
-  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, false>(
-      q, k, v, dout, lse, const_cast<float*>(delta), dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
-      q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, nullptr);
+    attn_bwd_dq_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, false>(p);
 }
 
 // The attn_bwd_dq_delta family's kernel: D = rowsum(dO * O) computed from `o` (Q's strides) and written to
@@ -638,14 +624,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           int kMinBlocks, int kPackHeads = 1>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    attn_bwd_dq_delta_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                             const T* __restrict__ dout, const float* __restrict__ lse, float* __restrict__ delta,
-                             T* __restrict__ dq, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                             int sink_tokens, float scale, long long q_sb, long long q_sh, long long q_ss,
-                             long long k_sb, long long k_sh, long long k_ss, const T* __restrict__ o) {
-  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, true>(
-      q, k, v, dout, lse, delta, dq, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb, q_sh, q_ss,
-      k_sb, k_sh, k_ss, o);
+    attn_bwd_dq_delta_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
+  attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, true>(p);
 }
 
 #include "attn_bwd_f32.cuh"   // fp32: exact FFMA and TF32 dkdv / dq

@@ -227,12 +227,7 @@ __device__ __forceinline__ void tf32_store(float* base, long long row_stride, in
 // LSE, D: block_m each); FFMA: P^T, dS^T (block_n x (block_m + 8) each). attn_bwd_f32.cpp sizes it.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kTf32, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    attn_bwd_dkdv_f32_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                             const float* __restrict__ dout, const float* __restrict__ lse,
-                             const float* __restrict__ delta, float* __restrict__ dk, float* __restrict__ dv,
-                             float* __restrict__ ws, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                             int sink_tokens, int sink_split, int reduce, float scale, long long q_sb, long long q_sh,
-                             long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+    attn_bwd_dkdv_f32_kernel(const __grid_constant__ FtAttnBwdParams<float> p) {
   using namespace ft_attn_bwd_f32;
   static_assert(kHeadDim % 16 == 0 && kBlockM % 16 == 0, "whole 16-row tiles, 16-dim steps");
   static_assert(kBlockN % (16 * kWarps) == 0 && kBlockN / (16 * kWarps) <= 2, "a warp owns 16 or 32 keys");
@@ -248,7 +243,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     kTile = kBlockM * kS,            // one Q or dO tile
     kStage = 2 * kTile + 2 * kBlockM,
   };
-  (void)ws, (void)sink_split, (void)reduce;
+  (void)p.ws, (void)p.sink_split, (void)p.reduce;
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ float4 ft_attn_f32_smem[];
   float* const s_k = reinterpret_cast<float*>(ft_attn_f32_smem);
@@ -259,12 +254,12 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h_kv = blockIdx.y, b = blockIdx.z;
-  const int group = heads_q / heads_kv;
+  const int group = p.heads_q / p.heads_kv;
   const int n0 = blockIdx.x * kBlockN;
-  const int n1 = min(n0 + kBlockN, seq_k);
+  const int n1 = min(n0 + kBlockN, p.seq_k);
   const int warp_row0 = warp * kRowsW;
 
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   int lo, hi;
   query_range(mask, n0, n1, lo, hi);
   const int t_first = lo / kBlockM;
@@ -277,26 +272,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const int h = h_kv * group + i / t_count;
     const int m0 = (t_first + i % t_count) * kBlockM;
     float* dst = s_stages + (i % kStages) * kStage;
-    const long long off = b * q_sb + h * q_sh;
-    load_rows_async<kBlockM, kHeadDim, kThreads>(dst, q + off, q_ss, m0, seq_q);
-    load_rows_async<kBlockM, kHeadDim, kThreads>(dst + kTile, dout + off, q_ss, m0, seq_q);
-    const long long row0 = (static_cast<long long>(b) * heads_q + h) * seq_q + m0;
+    const long long off = b * p.q_sb + h * p.q_sh;
+    load_rows_async<kBlockM, kHeadDim, kThreads>(dst, p.q + off, p.q_ss, m0, p.seq_q);
+    load_rows_async<kBlockM, kHeadDim, kThreads>(dst + kTile, p.dout + off, p.q_ss, m0, p.seq_q);
+    const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q + m0;
     for (int r = threadIdx.x; r < 2 * kBlockM; r += kThreads) {
       const int rr = r % kBlockM;
-      dst[2 * kTile + r] = m0 + rr < seq_q ? (r < kBlockM ? lse : delta)[row0 + rr] : 0.f;
+      dst[2 * kTile + r] = m0 + rr < p.seq_q ? (r < kBlockM ? p.lse : p.delta)[row0 + rr] : 0.f;
     }
   };
 
-  const long long kv_off = b * k_sb + h_kv * k_sh;
-  load_rows_async<kBlockN, kHeadDim, kThreads>(s_k, k + kv_off, k_ss, n0, seq_k);
-  load_rows_async<kBlockN, kHeadDim, kThreads>(s_v, v + kv_off, k_ss, n0, seq_k);
+  const long long kv_off = b * p.k_sb + h_kv * p.k_sh;
+  load_rows_async<kBlockN, kHeadDim, kThreads>(s_k, p.k + kv_off, p.k_ss, n0, p.seq_k);
+  load_rows_async<kBlockN, kHeadDim, kThreads>(s_v, p.v + kv_off, p.k_ss, n0, p.seq_k);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_items) load_item(i);
     cp_async_commit();
   }
 
-  const float scale_log2 = scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e;
   using Acc = typename ft_attn_f32::Select<kTf32, float[kNT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
   Acc dk_acc, dv_acc;
   zero(dk_acc);
@@ -312,7 +307,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const float* sdo = sq + kTile;
     const float* lse_s = sq + 2 * kTile;
     const float* d_s = lse_s + kBlockM;
-    const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+    const bool need_mask = m0 + kBlockM > p.seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
 
     if constexpr (kTf32) {
       const int g = lane / 4, t = lane % 4;
@@ -321,19 +316,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       zero(dp);
       tf32_rows_by_rows<kHeadDim, kNT, kC>(s, s_k, warp_row0, sq, 0, lane);
       tf32_rows_by_rows<kHeadDim, kNT, kC>(dp, s_v, warp_row0, sdo, 0, lane);
+      ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
+        for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int qc = 0; qc < kC; ++qc)
+          for (int qc = 0; qc < kC; ++qc)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int col = qc * 8 + 2 * t + (c & 1);
-            const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
-            const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key));
-            const float p = vis ? exp2f(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
-            s[nt][qc][c] = p;
-            dp[nt][qc][c] = p * (dp[nt][qc][c] - d_s[col]);
-          }
+            for (int c = 0; c < 4; ++c) {
+              const int col = qc * 8 + 2 * t + (c & 1);
+              const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
+              const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
+              const float prob = vis ? exp2f(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
+              s[nt][qc][c] = prob;
+              dp[nt][qc][c] = prob * (dp[nt][qc][c] - d_s[col]);
+            }
+      });
       tf32_regs_by_tile<kHeadDim, kNT, kC>(dv_acc, s, sdo, lane);
       tf32_regs_by_tile<kHeadDim, kNT, kC>(dk_acc, dp, sq, lane);
     } else {
@@ -347,17 +345,20 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       ffma_dot<kHeadDim, kR, kC>(dp, v_w, sdo, lane);
       float* p_w = s_p + warp_row0 * kPS;
       float* ds_w = s_ds + warp_row0 * kPS;
+      ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int i2 = 0; i2 < kR; ++i2)
+        for (int i2 = 0; i2 < kR; ++i2)
 #pragma unroll
-        for (int tc = 0; tc < kC; ++tc) {
-          const int col = lc + 8 * tc;
-          const int key = n0 + warp_row0 + lr + 4 * i2;
-          const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key));
-          const float p = vis ? exp2f(fmaf(s[i2][tc], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
-          p_w[(lr + 4 * i2) * kPS + col] = p;
-          ds_w[(lr + 4 * i2) * kPS + col] = p * (dp[i2][tc] - d_s[col]);
-        }
+          for (int tc = 0; tc < kC; ++tc) {
+            const int col = lc + 8 * tc;
+            const int key = n0 + warp_row0 + lr + 4 * i2;
+            const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
+            const float prob = vis ? exp2f(fmaf(s[i2][tc], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
+            p_w[(lr + 4 * i2) * kPS + col] = prob;
+            ds_w[(lr + 4 * i2) * kPS + col] = prob * (dp[i2][tc] - d_s[col]);
+          }
+      });
       __syncwarp();
       ffma_acc<kHeadDim, kR, kBlockM, kPS>(dv_acc, p_w, sdo, lane);
       ffma_acc<kHeadDim, kR, kBlockM, kPS>(dk_acc, ds_w, sq, lane);
@@ -366,13 +367,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
   cp_async_wait<0>();
 
-  const long long out_off = b * k_sb + h_kv * k_sh + n0 * k_ss;
+  const long long out_off = b * p.k_sb + h_kv * p.k_sh + n0 * p.k_ss;
   if constexpr (kTf32) {
-    tf32_store(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale, lane);
-    tf32_store(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f, lane);
+    tf32_store(p.dk + out_off, p.k_ss, warp_row0, n1 - n0, dk_acc, p.scale, lane);
+    tf32_store(p.dv + out_off, p.k_ss, warp_row0, n1 - n0, dv_acc, 1.f, lane);
   } else {
-    ffma_store<kHeadDim>(dk + out_off, k_ss, warp_row0, n1 - n0, dk_acc, scale, lane);
-    ffma_store<kHeadDim>(dv + out_off, k_ss, warp_row0, n1 - n0, dv_acc, 1.f, lane);
+    ffma_store<kHeadDim>(p.dk + out_off, p.k_ss, warp_row0, n1 - n0, dk_acc, p.scale, lane);
+    ffma_store<kHeadDim>(p.dv + out_off, p.k_ss, warp_row0, n1 - n0, dv_acc, 1.f, lane);
   }
 }
 
@@ -385,11 +386,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 // FFMA: dS (block_m x (block_n + 8)).
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kTf32, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    attn_bwd_dq_f32_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                           const float* __restrict__ dout, const float* __restrict__ lse,
-                           const float* __restrict__ delta, float* __restrict__ dq, int heads_q, int heads_kv,
-                           int seq_q, int seq_k, int window, int sink_tokens, float scale, long long q_sb,
-                           long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+    attn_bwd_dq_f32_kernel(const __grid_constant__ FtAttnBwdParams<float> p) {
   using namespace ft_attn_bwd_f32;
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "whole 16-key steps, 16-dim steps");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
@@ -414,27 +411,27 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int h_kv = h / (heads_q / heads_kv);
+  const int h_kv = h / (p.heads_q / p.heads_kv);
   const int m0 = m_block * kBlockM;
-  const int m1 = min(m0 + kBlockM, seq_q);
+  const int m1 = min(m0 + kBlockM, p.seq_q);
   const int warp_row0 = warp * kRowsW;
-  const int w0 = m0 + warp_row0, w1 = min(w0 + kRowsW, seq_q);
+  const int w0 = m0 + warp_row0, w1 = min(w0 + kRowsW, p.seq_q);
 
-  const long long q_off = b * q_sb + h * q_sh;
-  const float* k_head = k + b * k_sb + h_kv * k_sh;
-  const float* v_head = v + b * k_sb + h_kv * k_sh;
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const long long q_off = b * p.q_sb + h * p.q_sh;
+  const float* k_head = p.k + b * p.k_sb + h_kv * p.k_sh;
+  const float* v_head = p.v + b * p.k_sb + h_kv * p.k_sh;
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
   const int n_tiles = tiles.count();
 
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     float* dst = s_kv + (i % kStages) * 2 * kTile;
-    load_rows_async<kBlockN, kHeadDim, kThreads>(dst, k_head, k_ss, n0, seq_k);
-    load_rows_async<kBlockN, kHeadDim, kThreads>(dst + kTile, v_head, k_ss, n0, seq_k);
+    load_rows_async<kBlockN, kHeadDim, kThreads>(dst, k_head, p.k_ss, n0, p.seq_k);
+    load_rows_async<kBlockN, kHeadDim, kThreads>(dst + kTile, v_head, p.k_ss, n0, p.seq_k);
   };
-  load_rows_async<kBlockM, kHeadDim, kThreads>(s_q, q + q_off, q_ss, m0, seq_q);
-  load_rows_async<kBlockM, kHeadDim, kThreads>(s_do, dout + q_off, q_ss, m0, seq_q);
+  load_rows_async<kBlockM, kHeadDim, kThreads>(s_q, p.q + q_off, p.q_ss, m0, p.seq_q);
+  load_rows_async<kBlockM, kHeadDim, kThreads>(s_do, p.dout + q_off, p.q_ss, m0, p.seq_q);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);
@@ -447,11 +444,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 #pragma unroll
   for (int r = 0; r < kLaneRows; ++r) {
     const int row = w0 + (kTf32 ? 16 * (r / 2) + lane / 4 + 8 * (r % 2) : lane / 8 + 4 * r);
-    const long long at = (static_cast<long long>(b) * heads_q + h) * seq_q + min(row, seq_q - 1);
-    lse2[r] = lse[at] * kLog2e;
-    d_row[r] = delta[at];
+    const long long at = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q + min(row, p.seq_q - 1);
+    lse2[r] = p.lse[at] * kLog2e;
+    d_row[r] = p.delta[at];
   }
-  const float scale_log2 = scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e;
   using Acc = typename ft_attn_f32::Select<kTf32, float[kMT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
   Acc dq_acc;
   zero(dq_acc);
@@ -473,18 +470,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         zero(dp);
         tf32_rows_by_rows<kHeadDim, kMT, kC>(s, s_q, warp_row0, sk, 0, lane);
         tf32_rows_by_rows<kHeadDim, kMT, kC>(dp, s_do, warp_row0, sv, 0, lane);
+        ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+          constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+          for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < kC; ++nt)
+            for (int nt = 0; nt < kC; ++nt)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              const int r = 2 * mt + (c >> 1);
-              const int row = w0 + 16 * mt + g + 8 * (c >> 1);
-              const int key = n0 + nt * 8 + 2 * t + (c & 1);
-              const bool vis = !need_mask || mask.visible(row, key);
-              dp[mt][nt][c] = vis ? exp2f(fmaf(s[mt][nt][c], scale_log2, -lse2[r])) * (dp[mt][nt][c] - d_row[r]) : 0.f;
-            }
+              for (int c = 0; c < 4; ++c) {
+                const int r = 2 * mt + (c >> 1);
+                const int row = w0 + 16 * mt + g + 8 * (c >> 1);
+                const int key = n0 + nt * 8 + 2 * t + (c & 1);
+                const bool vis = !kMasked || mask.visible(row, key);
+                dp[mt][nt][c] = vis ? exp2f(fmaf(s[mt][nt][c], scale_log2, -lse2[r])) * (dp[mt][nt][c] - d_row[r]) : 0.f;
+              }
+        });
         tf32_regs_by_tile<kHeadDim, kMT, kC>(dq_acc, dp, sk, lane);
       } else {
         const int lr = lane / 8, lc = lane % 8;
@@ -494,16 +494,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         ffma_dot<kHeadDim, kR, kC>(s, s_q + warp_row0 * kS, sk, lane);
         ffma_dot<kHeadDim, kR, kC>(dp, s_do + warp_row0 * kS, sv, lane);
         float* ds_w = s_ds + warp_row0 * kPS;
+        ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+          constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-        for (int r = 0; r < kR; ++r)
+          for (int r = 0; r < kR; ++r)
 #pragma unroll
-          for (int tc = 0; tc < kC; ++tc) {
-            const int row = w0 + lr + 4 * r;
-            const int key = n0 + lc + 8 * tc;
-            const bool vis = !need_mask || mask.visible(row, key);
-            ds_w[(lr + 4 * r) * kPS + lc + 8 * tc] =
-                vis ? exp2f(fmaf(s[r][tc], scale_log2, -lse2[r])) * (dp[r][tc] - d_row[r]) : 0.f;
-          }
+            for (int tc = 0; tc < kC; ++tc) {
+              const int row = w0 + lr + 4 * r;
+              const int key = n0 + lc + 8 * tc;
+              const bool vis = !kMasked || mask.visible(row, key);
+              ds_w[(lr + 4 * r) * kPS + lc + 8 * tc] =
+                  vis ? exp2f(fmaf(s[r][tc], scale_log2, -lse2[r])) * (dp[r][tc] - d_row[r]) : 0.f;
+            }
+        });
         __syncwarp();
         ffma_acc<kHeadDim, kR, kBlockN, kPS>(dq_acc, ds_w, sk, lane);
         __syncwarp();  // dS of this tile is read by every lane before the next tile overwrites it
@@ -513,7 +516,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
   cp_async_wait<0>();
   if constexpr (kTf32)
-    tf32_store(dq + q_off + m0 * q_ss, q_ss, warp_row0, m1 - m0, dq_acc, scale, lane);
+    tf32_store(p.dq + q_off + m0 * p.q_ss, p.q_ss, warp_row0, m1 - m0, dq_acc, p.scale, lane);
   else
-    ffma_store<kHeadDim>(dq + q_off + m0 * q_ss, q_ss, warp_row0, m1 - m0, dq_acc, scale, lane);
+    ffma_store<kHeadDim>(p.dq + q_off + m0 * p.q_ss, p.q_ss, warp_row0, m1 - m0, dq_acc, p.scale, lane);
 }

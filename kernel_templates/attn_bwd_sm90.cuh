@@ -180,18 +180,21 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     ft_wgmma_wait<1>();
     ft_fence_regs<kBlockM / 2>(s);
     const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int nt = 0; nt < kQCols; ++nt)
+      for (int nt = 0; nt < kQCols; ++nt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+        for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = nt * 8 + 2 * t4 + e;
-          float& x = s[nt * 4 + 2 * r + e];
-          const float p = ft_exp2(fmaf(x, scale_log2, -lse_s[col] * kLog2e));
-          const bool vis = !need_mask || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
-          x = vis ? p : 0.f;
-        }
+          for (int e = 0; e < 2; ++e) {
+            const int col = nt * 8 + 2 * t4 + e;
+            float& x = s[nt * 4 + 2 * r + e];
+            const float p = ft_exp2(fmaf(x, scale_log2, -lse_s[col] * kLog2e));
+            const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
+            x = vis ? p : 0.f;
+          }
+    });
     unsigned af[kPSteps][4];
     pack_a(s, af);
     ft_wgmma_wait<0>();  // dP^T
@@ -275,19 +278,23 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   }
 }
 
+// The loop above on the members of a kernel's FtAttnBwdParams (fused: dQ accumulated into p.ws). It takes
+// them unpacked: with the struct itself (by value or by reference) ptxas allocates differently near its
+// 255-register limit, and attn_bwd_fused at head_dim 64, 128-key blocks, 2 stages spilled 24 bytes (nvcc
+// 13.0, sm_90a) where this form and the positional kernels of fdfe6c7 spill none.
+template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow, bool kFusedDq>
+__device__ __forceinline__ void ft_attn_bwd_wgmma_of(const FtAttnBwdParams<T>& p) {
+  ft_attn_bwd_wgmma<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, kFusedDq>(
+      p.q, p.k, p.v, p.dout, p.lse, p.delta, p.dk, p.dv, kFusedDq ? p.ws : nullptr, p.heads_q, p.heads_kv, p.seq_q,
+      p.seq_k, p.window, p.sink_tokens, p.scale, p.q_sb, p.q_sh, p.q_ss, p.k_sb, p.k_sh, p.k_ss);
+}
+
 template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarpgroups * 128, 1)
-    attn_bwd_dkdv_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                               const T* __restrict__ dout, const float* __restrict__ lse,
-                               const float* __restrict__ delta, T* __restrict__ dk, T* __restrict__ dv,
-                               float* __restrict__ ws, int heads_q, int heads_kv, int seq_q, int seq_k, int window,
-                               int sink_tokens, int sink_split, int reduce, float scale, long long q_sb,
-                               long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+    attn_bwd_dkdv_wgmma_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  (void)ws, (void)sink_split, (void)reduce;  // the sink-token split is the mma 80 kernel's (host: sink_split = 1)
-  ft_attn_bwd_wgmma<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, false>(
-      q, k, v, dout, lse, delta, dk, dv, nullptr, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb,
-      q_sh, q_ss, k_sb, k_sh, k_ss);
+  // p.ws, p.sink_split, p.reduce: the sink-token split is the mma 80 kernel's (host: sink_split = 1)
+  ft_attn_bwd_wgmma_of<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, false>(p);
 #else
   __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
 #endif
@@ -298,27 +305,20 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
 // four elements per thread (Q's strides are contiguous: q_ss = kHeadDim, q_sh = seq_q * kHeadDim).
 template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarpgroups * 128, 1)
-    attn_bwd_fused_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                                const T* __restrict__ dout, const float* __restrict__ lse,
-                                const float* __restrict__ delta, T* __restrict__ dq, T* __restrict__ dk,
-                                T* __restrict__ dv, float* __restrict__ dq_acc, int heads_q, int heads_kv, int seq_q,
-                                int seq_k, int window, int sink_tokens, int convert, float scale, long long q_sb,
-                                long long q_sh, long long q_ss, long long k_sb, long long k_sh, long long k_ss) {
+    attn_bwd_fused_wgmma_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (convert) {
+  if (p.convert) {
     const long long i = 4 * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
-    if (i >= static_cast<long long>(seq_q) * kHeadDim) return;
-    const long long at = blockIdx.z * q_sb + blockIdx.y * q_sh + i;
-    const float4 x = *reinterpret_cast<const float4*>(dq_acc + at);
+    if (i >= static_cast<long long>(p.seq_q) * kHeadDim) return;
+    const long long at = blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + i;
+    const float4 x = *reinterpret_cast<const float4*>(p.ws + at);
     uint2 out;
-    out.x = FtMma<T>::pack(x.x * scale, x.y * scale);
-    out.y = FtMma<T>::pack(x.z * scale, x.w * scale);
-    *reinterpret_cast<uint2*>(dq + at) = out;
+    out.x = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+    out.y = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+    *reinterpret_cast<uint2*>(p.dq + at) = out;
     return;
   }
-  ft_attn_bwd_wgmma<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, true>(
-      q, k, v, dout, lse, delta, dk, dv, dq_acc, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale, q_sb,
-      q_sh, q_ss, k_sb, k_sh, k_ss);
+  ft_attn_bwd_wgmma_of<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, true>(p);
 #else
   __trap();  // built for a target without wgmma: the host never launches this (can_run requires sm_90a)
 #endif

@@ -7,6 +7,7 @@
 // fp32 in natural log. Query head h reads kv head h / (heads_q / heads_kv).
 #pragma once
 
+#include "attn_params.cuh"
 #include "ft_common.cuh"
 
 // The mask of one problem: key j is visible to query i when
@@ -26,6 +27,26 @@ struct FtAttnMask {
     return true;
   }
 };
+
+// A compile-time bool passed as a value, so that one generic lambda is instantiated for both.
+template <bool kValue>
+struct FtBool {
+  static constexpr bool value = kValue;
+};
+
+// body(FtBool<true>{}) when `masked`, else body(FtBool<false>{}): a tile's element-wise work in two copies, the
+// mask only in the boundary tiles' (the body reads `constexpr bool kMasked = decltype(masked)::value`). The
+// kernels of fdfe6c7 got these two copies from LLVM's loop unswitching on `need_mask`, which NVVM does only for
+// a condition it knows is uniform; read from a parameter struct, seq_k and the other scalars count as
+// divergent and the copies went: 10-30% slower (docs/NOTES.md, session 17). Written out, they no longer depend
+// on that analysis.
+template <typename Body>
+__device__ __forceinline__ void ft_if_masked(bool masked, Body&& body) {
+  if (masked)
+    body(FtBool<true>{});
+  else
+    body(FtBool<false>{});
+}
 
 // The key tiles that query rows [m0, m1) can see, in visiting order: first the tiles holding sink tokens
 // (window only), then the band from the first tile the window reaches to the last the causal edge

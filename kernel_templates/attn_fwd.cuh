@@ -203,12 +203,7 @@ __device__ __forceinline__ void ft_load_rows(unsigned dst, RowSrc row_src) {
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           bool kLearnedSinks>
 __global__ void __launch_bounds__(kWarps * 32, 1)
-    attn_fwd_mma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                        const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
-                        int heads_kv, int seq_q, int seq_k, int window, int sink_tokens, float scale_log2,
-                        long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                        long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
-                        long long o_sh, long long o_ss) {
+    attn_fwd_mma_kernel(const __grid_constant__ FtAttnFwdParams<T> p) {
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0, "tiles are whole 16 x 16 MMA steps");
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockM / (16 * kWarps) <= 2, "a warp owns 16 or 32 query rows");
   enum : int {
@@ -233,28 +228,28 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   // Heaviest query blocks (last rows: most keys under a causal mask) first, for a shorter tail.
   const int m_block = gridDim.x - 1 - blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
-  const int h_kv = h / (heads_q / heads_kv);
+  const int h_kv = h / (p.heads_q / p.heads_kv);
   const int m0 = m_block * kBlockM;
-  const int m1 = min(m0 + kBlockM, seq_q);
+  const int m1 = min(m0 + kBlockM, p.seq_q);
 
-  const T* q_blk = q + b * q_sb + h * q_sh + m0 * q_ss;
-  const T* k_head = k + b * k_sb + h_kv * k_sh;
-  const T* v_head = v + b * v_sb + h_kv * v_sh;
+  const T* q_blk = p.q + b * p.q_sb + h * p.q_sh + m0 * p.q_ss;
+  const T* k_head = p.k + b * p.k_sb + h_kv * p.k_sh;
+  const T* v_head = p.v + b * p.v_sb + h_kv * p.v_sh;
 
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
   const int n_tiles = tiles.count();
 
   auto load_kv = [&](int i) {  // tile i of the visiting order into stage i % kStages
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * p.k_ss, p.k_ss, p.seq_k - n0);
+    ft_load_tile<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * p.v_ss, p.v_ss, p.seq_k - n0);
   };
 
   // Prologue: Q with the first tile, then tiles 1 .. kStages - 2; always one group per slot, so that
   // wait_group<kStages - 1> below means "tile i has landed".
-  ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, q_blk, q_ss, m1 - m0);
+  ft_load_tile<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, q_blk, p.q_ss, m1 - m0);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < n_tiles) load_kv(i);
@@ -265,14 +260,14 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float acc[kMTiles][kDTiles][4];
   float row_max[kMTiles][2], row_sum[kMTiles][2];
   unsigned qf[kQInRegs ? kMTiles : 1][kQInRegs ? kKSteps : 1][4];
-  const float sink_log2 = kLearnedSinks ? sinks[h] * 1.4426950408889634f : kNegInf;
+  const float sink_log2 = kLearnedSinks ? p.sinks[h] * 1.4426950408889634f : kNegInf;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      row_max[mt][r] = kLearnedSinks ? sink_log2 / scale_log2 : kNegInf;
+      row_max[mt][r] = kLearnedSinks ? sink_log2 / p.scale_log2 : kNegInf;
       row_sum[mt][r] = 0.f;
     }
   }
@@ -329,47 +324,50 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     // Mask (boundary tiles only), online softmax, P as the A operand of P V.
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
     unsigned pf[kMTiles][kPSteps][4];
+    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
-        float mx = kNegInf;
+        for (int r = 0; r < 2; ++r) {
+          const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
+          float mx = kNegInf;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[mt][nt][2 * r + e];
-            if (need_mask && !mask.visible(row, n0 + nt * 8 + 2 * t4 + e)) x = kNegInf;
-            mx = fmaxf(mx, x);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        const float m_new = fmaxf(row_max[mt][r], mx);
-        const float base = m_new == kNegInf ? 0.f : m_new * scale_log2;
-        const float alpha = ft_exp2(row_max[mt][r] * scale_log2 - base);  // 0 while the row was empty
-        row_max[mt][r] = m_new;
-        float sum = 0.f;
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][2 * r + e];
+              if (kMasked && !mask.visible(row, n0 + nt * 8 + 2 * t4 + e)) x = kNegInf;
+              mx = fmaxf(mx, x);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+          const float m_new = fmaxf(row_max[mt][r], mx);
+          const float base = m_new == kNegInf ? 0.f : m_new * p.scale_log2;
+          const float alpha = ft_exp2(row_max[mt][r] * p.scale_log2 - base);  // 0 while the row was empty
+          row_max[mt][r] = m_new;
+          float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+          for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[mt][nt][2 * r + e];
-            x = ft_exp2(fmaf(x, scale_log2, -base));
-            sum += x;
-          }
-        row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][2 * r + e];
+              x = ft_exp2(fmaf(x, p.scale_log2, -base));
+              sum += x;
+            }
+          row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
 #pragma unroll
-        for (int dt = 0; dt < kDTiles; ++dt) acc[mt][dt][2 * r] *= alpha, acc[mt][dt][2 * r + 1] *= alpha;
+          for (int dt = 0; dt < kDTiles; ++dt) acc[mt][dt][2 * r] *= alpha, acc[mt][dt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int ps = 0; ps < kPSteps; ++ps) {
+          pf[mt][ps][0] = FtMma<T>::pack(s[mt][2 * ps][0], s[mt][2 * ps][1]);
+          pf[mt][ps][1] = FtMma<T>::pack(s[mt][2 * ps][2], s[mt][2 * ps][3]);
+          pf[mt][ps][2] = FtMma<T>::pack(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
+          pf[mt][ps][3] = FtMma<T>::pack(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
+        }
       }
-#pragma unroll
-      for (int ps = 0; ps < kPSteps; ++ps) {
-        pf[mt][ps][0] = FtMma<T>::pack(s[mt][2 * ps][0], s[mt][2 * ps][1]);
-        pf[mt][ps][1] = FtMma<T>::pack(s[mt][2 * ps][2], s[mt][2 * ps][3]);
-        pf[mt][ps][2] = FtMma<T>::pack(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
-        pf[mt][ps][3] = FtMma<T>::pack(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
-      }
-    }
+    });
 
     // O += P V.
 #pragma unroll
@@ -399,19 +397,19 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
       l += __shfl_xor_sync(kFullMask, l, 1);
       l += __shfl_xor_sync(kFullMask, l, 2);
       const float m = row_max[mt][r];
-      const float base = m == kNegInf ? 0.f : m * scale_log2;
+      const float base = m == kNegInf ? 0.f : m * p.scale_log2;
       if (kLearnedSinks) l += ft_exp2(sink_log2 - base);
       const float inv = l > 0.f ? 1.f / l : 0.f;
       const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
-      if (row < seq_q) {
-        T* o_row = o + b * o_sb + h * o_sh + row * o_ss;
+      if (row < p.seq_q) {
+        T* o_row = p.o + b * p.o_sb + h * p.o_sh + row * p.o_ss;
 #pragma unroll
         for (int dt = 0; dt < kDTiles; ++dt) {
           const unsigned packed = FtMma<T>::pack(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
           *reinterpret_cast<unsigned*>(o_row + dt * 8 + 2 * t4) = packed;
         }
         if (t4 == 0)
-          lse[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
+          p.lse[(static_cast<long long>(b) * p.heads_q + h) * p.seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
       }
     }
   }

@@ -486,11 +486,7 @@ struct Tf32Warp {
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kTf32, bool kCausal, bool kWindow,
           bool kLearnedSinks>
 __global__ void __launch_bounds__(32 * kWarps, 1)
-    attn_fwd_f32_kernel(const float* q, const float* k, const float* v, const float* sinks, float* o, float* lse,
-                        int heads_q, int heads_kv, int seq_q, int seq_k, int window, int sink_tokens,
-                        float scale_log2, long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                        long long k_sh, long long k_ss, long long v_sb, long long v_sh, long long v_ss,
-                        long long o_sb, long long o_sh, long long o_ss) {
+    attn_fwd_f32_kernel(const __grid_constant__ FtAttnFwdParams<float> p) {
   using namespace ft_attn_f32;
   using T = Traits<kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
   using Warp = typename Select<kTf32, Tf32Warp<T, kCausal, kWindow, kLearnedSinks>,
@@ -501,33 +497,33 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   float* const s_v = s_k + kStages * T::kTileFloats;
   float* const s_p = s_v + kStages * T::kTileFloats;  // FFMA only
 
-  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / (heads_q / heads_kv);
+  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
   Slice s;
-  s.q = q + b * q_sb + h * q_sh;
-  s.k = k + b * k_sb + h_kv * k_sh;
-  s.v = v + b * v_sb + h_kv * v_sh;
-  s.o = o + b * o_sb + h * o_sh;
-  s.lse = lse + (static_cast<long long>(b) * heads_q + h) * seq_q;
-  s.q_ss = q_ss, s.k_ss = k_ss, s.v_ss = v_ss, s.o_ss = o_ss;
-  s.seq_q = seq_q;
-  s.scale_log2 = scale_log2;
-  s.sink_log2 = kLearnedSinks ? sinks[h] * 1.4426950408889634f : 0.0f;
+  s.q = p.q + b * p.q_sb + h * p.q_sh;
+  s.k = p.k + b * p.k_sb + h_kv * p.k_sh;
+  s.v = p.v + b * p.v_sb + h_kv * p.v_sh;
+  s.o = p.o + b * p.o_sb + h * p.o_sh;
+  s.lse = p.lse + (static_cast<long long>(b) * p.heads_q + h) * p.seq_q;
+  s.q_ss = p.q_ss, s.k_ss = p.k_ss, s.v_ss = p.v_ss, s.o_ss = p.o_ss;
+  s.seq_q = p.seq_q;
+  s.scale_log2 = p.scale_log2;
+  s.sink_log2 = kLearnedSinks ? p.sinks[h] * 1.4426950408889634f : 0.0f;
 
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int m0 = blockIdx.x * kBlockM, m1 = min(m0 + kBlockM, seq_q);
-  const int w0 = m0 + warp * T::kRowsPerWarp, w1 = min(w0 + T::kRowsPerWarp, seq_q);
+  const int m0 = blockIdx.x * kBlockM, m1 = min(m0 + kBlockM, p.seq_q);
+  const int w0 = m0 + warp * T::kRowsPerWarp, w1 = min(w0 + T::kRowsPerWarp, p.seq_q);
   const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
   const int n_tiles = tiles.count();
 
   // cp.async groups, oldest first: Q, then one per K/V tile (empty ones past the last tile keep the count
   // regular), so "all but the newest kStages - 1 groups done" means: Q and tile t are in shared memory.
-  load_rows_async<kBlockM, kHeadDim, T::kThreads>(s_q, s.q, q_ss, m0, seq_q);
+  load_rows_async<kBlockM, kHeadDim, T::kThreads>(s_q, s.q, p.q_ss, m0, p.seq_q);
   cp_async_commit();
   auto load_kv = [&](int t) {
     const int n0 = tiles.tile(t) * kBlockN, buf = t % kStages;
-    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_k + buf * T::kTileFloats, s.k, k_ss, n0, seq_k);
-    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_v + buf * T::kTileFloats, s.v, v_ss, n0, seq_k);
+    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_k + buf * T::kTileFloats, s.k, p.k_ss, n0, p.seq_k);
+    load_rows_async<kBlockN, kHeadDim, T::kThreads>(s_v + buf * T::kTileFloats, s.v, p.v_ss, n0, p.seq_k);
   };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {

@@ -212,12 +212,7 @@ __device__ __forceinline__ void ft_load_rows_sw128(unsigned dst, RowSrc row_src)
 template <typename T, int kHeadDim, int kBlockN, int kWarpgroups, int kStages, int kPipe, int kMinBlocks,
           int kEpilogue, bool kCausal, bool kWindow, bool kLearnedSinks, int kPackHeads = 1>
 __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
-    attn_fwd_wgmma_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                          const float* __restrict__ sinks, T* __restrict__ o, float* __restrict__ lse, int heads_q,
-                          int heads_kv, int seq_q, int seq_k, int window, int sink_tokens, float scale_log2,
-                          long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                          long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
-                          long long o_sh, long long o_ss) {
+    attn_fwd_wgmma_kernel(const __grid_constant__ FtAttnFwdParams<T> p) {
   static_assert(kHeadDim % 64 == 0, "rows of whole 128-byte swizzle slabs");
   static_assert(kBlockN == 16 || kBlockN == 32 || kBlockN == 64 || kBlockN == 128,
                 "S = Q K^T is one m64nNk16 chain, N = 16, 32, 64 or 128");
@@ -248,33 +243,33 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   const int g = lane / 4, t4 = lane % 4;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first
   const int h0 = blockIdx.y * kPackHeads, b = blockIdx.z;  // first of the block's query heads
-  const int h_kv = int(unsigned(h0) / (unsigned(heads_q) / unsigned(heads_kv)));  // unsigned: a shorter division
+  const int h_kv = int(unsigned(h0) / (unsigned(p.heads_q) / unsigned(p.heads_kv)));  // unsigned: a shorter division
   const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
-  const int m1 = min(m0 + kRowsPerHead, seq_q);
+  const int m1 = min(m0 + kRowsPerHead, p.seq_q);
   // Block row lr: query head and query row.
   auto head_of = [](int lr) { return int(unsigned(lr) / kRowsPerHead); };  // lr >= 0: unsigned shifts and masks
   auto query_of = [&](int lr) { return m0 + int(unsigned(lr) % kRowsPerHead); };
 
-  const T* k_head = k + b * k_sb + h_kv * k_sh;
-  const T* v_head = v + b * v_sb + h_kv * v_sh;
+  const T* k_head = p.k + b * p.k_sb + h_kv * p.k_sh;
+  const T* v_head = p.v + b * p.v_sb + h_kv * p.v_sh;
 
-  const FtAttnMask<kCausal, kWindow> mask(seq_q, seq_k, window, sink_tokens);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);
   const int n_tiles = tiles.count();
 
   auto load_kv = [&](int i) {
     const int n0 = tiles.tile(i) * kBlockN;
     const unsigned dst = smem_kv + unsigned((i % kStages) * 2 * kTileBytes);
-    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * k_ss, k_ss, seq_k - n0);
-    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * v_ss, v_ss, seq_k - n0);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst, k_head + n0 * p.k_ss, p.k_ss, p.seq_k - n0);
+    ft_load_tile_sw128<kBlockN, kHeadDim, kThreads, T, FtLoad::kHoisted>(dst + kTileBytes, v_head + n0 * p.v_ss, p.v_ss, p.seq_k - n0);
   };
   if constexpr (kPackHeads == 1) {
-    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, q + b * q_sb + h0 * q_sh + m0 * q_ss, q_ss, m1 - m0);
+    ft_load_tile_sw128<kBlockM, kHeadDim, kThreads, T, FtLoad::kHoisted>(smem_q, p.q + b * p.q_sb + h0 * p.q_sh + m0 * p.q_ss, p.q_ss, m1 - m0);
   } else {
-    const T* q_b = q + b * q_sb;
+    const T* q_b = p.q + b * p.q_sb;
     ft_load_rows_sw128<kBlockM, kHeadDim, kThreads, T>(smem_q, [&](int r) -> const T* {
       const int row = query_of(r);
-      return row < seq_q ? q_b + (h0 + head_of(r)) * q_sh + row * q_ss : nullptr;
+      return row < p.seq_q ? q_b + (h0 + head_of(r)) * p.q_sh + row * p.q_ss : nullptr;
     });
   }
 #pragma unroll
@@ -292,8 +287,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   float row_max[2], row_sum[2], sink_log2[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    sink_log2[r] = kLearnedSinks ? sinks[h0 + head_of(lr0 + 8 * r)] * 1.4426950408889634f : kNegInf;
-    row_max[r] = kLearnedSinks ? sink_log2[r] / scale_log2 : kNegInf;
+    sink_log2[r] = kLearnedSinks ? p.sinks[h0 + head_of(lr0 + 8 * r)] * 1.4426950408889634f : kNegInf;
+    row_max[r] = kLearnedSinks ? sink_log2[r] / p.scale_log2 : kNegInf;
     row_sum[r] = 0.f;
   }
   const unsigned q_wg = smem_q + unsigned(wg * 64 * 128);  // this warpgroup's 64 rows in every Q slab
@@ -330,35 +325,38 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   // acc once no P V that reads acc is in flight.
   auto softmax = [&](float* s, int n0, float* alpha) {
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
+    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = query_of(lr0 + 8 * r);
-      float mx = kNegInf;
+      for (int r = 0; r < 2; ++r) {
+        const int row = query_of(lr0 + 8 * r);
+        float mx = kNegInf;
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
+        for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt * 4 + 2 * r + e];
-          if (need_mask && !mask.visible(row, n0 + nt * 8 + 2 * t4 + e)) x = kNegInf;
-          mx = fmaxf(mx, x);
-        }
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx);
-      const float base = m_new == kNegInf ? 0.f : m_new * scale_log2;
-      alpha[r] = ft_exp2(row_max[r] * scale_log2 - base);  // 0 while the row was empty
-      row_max[r] = m_new;
-      float sum = 0.f;
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[nt * 4 + 2 * r + e];
+            if (kMasked && !mask.visible(row, n0 + nt * 8 + 2 * t4 + e)) x = kNegInf;
+            mx = fmaxf(mx, x);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        const float m_new = fmaxf(row_max[r], mx);
+        const float base = m_new == kNegInf ? 0.f : m_new * p.scale_log2;
+        alpha[r] = ft_exp2(row_max[r] * p.scale_log2 - base);  // 0 while the row was empty
+        row_max[r] = m_new;
+        float sum = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
+        for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt * 4 + 2 * r + e];
-          x = ft_exp2(fmaf(x, scale_log2, -base));
-          sum += x;
-        }
-      row_sum[r] = row_sum[r] * alpha[r] + sum;
-    }
+          for (int e = 0; e < 2; ++e) {
+            float& x = s[nt * 4 + 2 * r + e];
+            x = ft_exp2(fmaf(x, p.scale_log2, -base));
+            sum += x;
+          }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+      }
+    });
   };
   auto rescale = [&](const float* alpha) {
 #pragma unroll
@@ -450,7 +448,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     l += __shfl_xor_sync(kFullMask, l, 1);
     l += __shfl_xor_sync(kFullMask, l, 2);
     const float m = row_max[r];
-    const float base = m == kNegInf ? 0.f : m * scale_log2;
+    const float base = m == kNegInf ? 0.f : m * p.scale_log2;
     if (kLearnedSinks) l += ft_exp2(sink_log2[r] - base);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int lr = lr0 + 8 * r;  // row inside the block
@@ -462,8 +460,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
         *reinterpret_cast<unsigned*>(o_stage + lr * kRowBytes + ((dt ^ (lr % 8)) * 16) + t4 * 4) = packed;
       }
     }
-    if (row < seq_q) {
-      T* o_row = o + b * o_sb + h * o_sh + row * o_ss;
+    if (row < p.seq_q) {
+      T* o_row = p.o + b * p.o_sb + h * p.o_sh + row * p.o_ss;
       if (kEpilogue == 1) {
 #pragma unroll
         for (int dt = 0; dt < kHeadDim / 8; ++dt) {
@@ -472,7 +470,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
         }
       }
       if (t4 == 0)
-        lse[(static_cast<long long>(b) * heads_q + h) * seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
+        p.lse[(static_cast<long long>(b) * p.heads_q + h) * p.seq_q + row] = l > 0.f ? (base + log2f(l)) * kLn2 : kNegInf;
     }
   }
   if (kEpilogue == 2) {
@@ -481,8 +479,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     for (int idx = threadIdx.x; idx < kBlockM * kChunks; idx += kThreads) {
       const int lr = idx / kChunks, c = idx % kChunks;
       const int row = query_of(lr);
-      if (row < seq_q)
-        *reinterpret_cast<uint4*>(o + b * o_sb + (h0 + head_of(lr)) * o_sh + row * o_ss + c * 8) =
+      if (row < p.seq_q)
+        *reinterpret_cast<uint4*>(p.o + b * p.o_sb + (h0 + head_of(lr)) * p.o_sh + row * p.o_ss + c * 8) =
             *reinterpret_cast<const uint4*>(o_stage + lr * kRowBytes + ((c ^ (lr % 8)) * 16));
     }
   }

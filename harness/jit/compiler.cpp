@@ -262,7 +262,9 @@ bool nvrtc_has_own_cache() {
 }  // namespace
 
 std::vector<std::string> Compiler::options_for(const CompileRequest& req) {
-  std::vector<std::string> options = {"--gpu-architecture=" + req.arch, "-std=c++17", "-lineinfo",
+  // -default-device: unannotated functions are device functions. Templates are device code only, and NVRTC
+  // otherwise takes the call operator of a generic lambda (ft_if_masked's bodies) for a host function.
+  std::vector<std::string> options = {"--gpu-architecture=" + req.arch, "-std=c++17", "-default-device", "-lineinfo",
                                       "--ptxas-options=-v"};
   if (nvrtc_has_own_cache()) options.push_back("--no-cache");
   for (const std::string& d : req.defines) options.push_back("-D" + d);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -26,6 +27,25 @@ reference::AttnShape shape_of(const core::Problem& p) {
   s.sink_tokens = p.get("sink_tokens", 0);
   s.learned_sinks = p.get("learned_sinks", 0) != 0;
   return s;
+}
+
+KernelArg fwd_params(const core::Problem& p) {
+  using Params = FtAttnFwdParams<void>;
+  const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
+  const std::int64_t d = p.at("head_dim");
+  Params prm{};
+  prm.q_sb = prm.o_sb = hq * sq * d, prm.q_sh = prm.o_sh = sq * d, prm.q_ss = prm.o_ss = d;
+  prm.k_sb = prm.v_sb = hkv * sk * d, prm.k_sh = prm.v_sh = sk * d, prm.k_ss = prm.v_ss = d;
+  prm.heads_q = int(hq), prm.heads_kv = int(hkv), prm.seq_q = int(sq), prm.seq_k = int(sk);
+  prm.window = int(p.get("window", 0)), prm.sink_tokens = int(p.get("sink_tokens", 0));
+  prm.scale_log2 = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634);
+  return ParamsArg::of(prm)
+      .bind(offsetof(Params, q), kQ)
+      .bind(offsetof(Params, k), kK)
+      .bind(offsetof(Params, v), kV)
+      .bind(offsetof(Params, sinks), kSinks)
+      .bind(offsetof(Params, o), kO)
+      .bind(offsetof(Params, lse), kLse);
 }
 
 std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget) {

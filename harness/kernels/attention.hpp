@@ -10,12 +10,17 @@
 #include <vector>
 
 #include "harness/kernels/family.hpp"
+#include "kernel_templates/attn_params.cuh"
 #include "reference/attention.hpp"
 
 namespace flashtune::kernels::attn {
 
 /// Buffer indices in buffers() order.
 enum Buffer : int { kQ = 0, kK = 1, kV = 2, kSinks = 3, kO = 4, kLse = 5 };
+
+/// The forward's parameter struct of problem p (shape, mask, scale, contiguous strides), as one kernel
+/// argument with Q, K, V, sinks, O and LSE bound to their buffers.
+KernelArg fwd_params(const core::Problem& p);
 
 /// The problem as the reference sees it (scale 1/sqrt(head_dim)).
 reference::AttnShape shape_of(const core::Problem& p);

@@ -7,6 +7,7 @@
 // its tunable mma picks mma.sync (80, every GPU since sm_80) or Hopper wgmma (90, sm_90a, attn_bwd_sm90.cuh).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -123,6 +124,30 @@ std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, st
   return c;
 }
 
+using BwdParams = FtAttnBwdParams<void>;
+/// One pointer member of FtAttnBwdParams and the buffer it takes.
+struct Binding {
+  std::size_t member;  ///< offsetof(BwdParams, ...)
+  int buffer;
+};
+
+// The backward's parameter struct of problem p (every stage's scalars; sink_split 1, reduce and convert 0),
+// as one kernel argument with `bindings` bound to the stage's buffers.
+ParamsArg bwd_params(const core::Problem& p, const std::vector<Binding>& bindings) {
+  const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
+  const std::int64_t d = p.at("head_dim");
+  BwdParams prm{};
+  prm.q_sb = hq * sq * d, prm.q_sh = sq * d, prm.q_ss = d;
+  prm.k_sb = hkv * sk * d, prm.k_sh = sk * d, prm.k_ss = d;
+  prm.batch = int(p.at("batch")), prm.heads_q = int(hq), prm.heads_kv = int(hkv), prm.seq_q = int(sq), prm.seq_k = int(sk);
+  prm.window = int(p.get("window", 0)), prm.sink_tokens = int(p.get("sink_tokens", 0));
+  prm.sink_split = 1;
+  prm.scale = float(1.0 / std::sqrt(double(d)));
+  ParamsArg a = ParamsArg::of(prm);
+  for (const auto& b : bindings) a.bind(b.member, b.buffer);
+  return a;
+}
+
 // What keeps a config from the wgmma backward loop (attn_bwd_sm90.cuh: attn_bwd_dkdv's mma 90 and
 // attn_bwd_fused) on device d, given its shared memory and register estimate; nullopt when it can run.
 std::optional<std::string> wgmma_shape_problem(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d,
@@ -179,11 +204,9 @@ class AttnBwdPreprocess final : public AttnBwdBase {
             {"dout", p.dtype, elements_q(p), BufferRole::input, -1.0, 1.0},
             {"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0}};
   }
-  // (o, dout, delta, heads_q, seq_q, strides of O and dO per batch, head and row)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    const std::int64_t hq = p.at("heads_q"), sq = p.at("seq_q"), d = p.at("head_dim");
-    return {BufferArg{kPreO}, BufferArg{kPreDout}, BufferArg{kPreDelta}, std::int32_t(hq), std::int32_t(sq),
-            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d)};
+    return {bwd_params(p, {{offsetof(BwdParams, o), kPreO}, {offsetof(BwdParams, dout), kPreDout},
+                           {offsetof(BwdParams, delta), kPreDelta}})};
   }
   double flops(const core::Problem& p) const override { return 2.0 * double(elements_q(p)); }
   void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
@@ -234,10 +257,9 @@ class AttnBwdDsink final : public AttnBwdBase {
             {"delta", core::DType::f32, elements_rows(p), BufferRole::input, -1.0, 1.0},
             {"dsinks", core::DType::f32, p.at("heads_q"), BufferRole::output, 0, 0}};
   }
-  // (sinks, lse, delta, dsinks, batch, heads_q, seq_q)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{kSinkSinks}, BufferArg{kSinkLse},  BufferArg{kSinkDelta}, BufferArg{kSinkDsinks},
-            std::int32_t(p.at("batch")), std::int32_t(p.at("heads_q")), std::int32_t(p.at("seq_q"))};
+    return {bwd_params(p, {{offsetof(BwdParams, sinks), kSinkSinks}, {offsetof(BwdParams, lse), kSinkLse},
+                           {offsetof(BwdParams, delta), kSinkDelta}, {offsetof(BwdParams, dsinks), kSinkDsinks}})};
   }
   double flops(const core::Problem& p) const override { return 3.0 * double(elements_rows(p)); }
   void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
@@ -289,19 +311,8 @@ class AttnBwdGrad : public AttnBwdBase {
     add_workspace(p, b);
     return b;
   }
-  // (q, k, v, dout, lse, delta, outputs..., heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale,
-  //  Q / dO strides per batch, head, row, K / V strides per batch, head, row)
-  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
-    const std::int64_t d = p.at("head_dim");
-    std::vector<KernelArg> a{BufferArg{kQ}, BufferArg{kK}, BufferArg{kV}, BufferArg{kDout}, BufferArg{kLse}, BufferArg{kDelta}};
-    for (std::size_t i = 0; i < outputs(p).size(); ++i) a.push_back(BufferArg{kGradOut + int(i)});
-    for (KernelArg x : std::vector<KernelArg>{
-             std::int32_t(hq), std::int32_t(hkv), std::int32_t(sq), std::int32_t(sk), std::int32_t(p.get("window", 0)),
-             std::int32_t(p.get("sink_tokens", 0)), float(1.0 / std::sqrt(double(d))), std::int64_t(hq * sq * d),
-             std::int64_t(sq * d), std::int64_t(d), std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d)})
-      a.push_back(x);
-    return a;
+  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+    return {bwd_params(p, bindings(c, p))};
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
     if (p.dtype == core::DType::f32) return {attn_bwd_f32::name_expression(f32_stage(), c, p), {}};
@@ -438,6 +449,13 @@ class AttnBwdGrad : public AttnBwdBase {
   virtual std::int64_t smem_bytes(const core::Config& c, const core::Problem& p) const = 0;
   virtual std::int64_t registers(const core::Config& c, const core::Problem& p) const = 0;
   virtual std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const = 0;
+  /// The pointer members of FtAttnBwdParams this stage's kernel reads or writes, and their buffers.
+  virtual std::vector<Binding> bindings(const core::Config& c, const core::Problem& p) const = 0;
+  /// Q, K, V, dO, LSE and D: the inputs of dkdv, dq and fused.
+  static std::vector<Binding> grad_inputs() {
+    return {{offsetof(BwdParams, q), kQ},       {offsetof(BwdParams, k), kK},     {offsetof(BwdParams, v), kV},
+            {offsetof(BwdParams, dout), kDout}, {offsetof(BwdParams, lse), kLse}, {offsetof(BwdParams, delta), kDelta}};
+  }
   virtual void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const = 0;
   virtual void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
                     const std::vector<std::int64_t>& k_rows, const core::Problem& p) const = 0;
@@ -504,10 +522,7 @@ class AttnBwdDkdv final : public AttnBwdGrad {
             {}};
   }
   std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
-    auto a = AttnBwdGrad::arguments(c, p);  // q .. dv (8 buffers), heads_q .. sink_tokens (6 ints), scale, strides
-    a.insert(a.begin() + kWorkspace, BufferArg{kWorkspace});
-    a.insert(a.begin() + kWorkspace + 7, {KernelArg{std::int32_t(active_split(c, p))}, KernelArg{std::int32_t(0)}});
-    return a;
+    return {bwd_params(p, bindings(c, p)).set(offsetof(BwdParams, sink_split), std::int32_t(active_split(c, p)))};
   }
   bool launches_itself() const override { return true; }
   // The wgmma kernel: a warpgroup per 64 keys (block_n = 16 num_warps), sm_90a only.
@@ -522,18 +537,15 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     if (env.buffers.size() != std::size_t(kWorkspace + 1))
       throw core::Error("attn_bwd_dkdv.launch: expects " + n(kWorkspace + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
     auto args = arguments(c, p);
-    std::vector<std::uint64_t> slots;
-    std::vector<void*> pointers;
-    pack_launch_args(args, env, slots, pointers);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
-                 stream, pointers.data());
+                 stream, pack_kernel_args(args, env.buffers).pointers.data());
     if (active_split(c, p) == 1) return;
     const std::int64_t elems = sink_rows(p) * p.at("head_dim"), threads = env.shape.threads_per_block();
-    std::int32_t one = 1;
-    std::memcpy(&slots[std::size_t(kWorkspace + 8)], &one, sizeof one);  // the reduce argument
+    std::get<ParamsArg>(args[0]).set(offsetof(BwdParams, reduce), std::int32_t(1));
+    auto reduce = pack_kernel_args(args, env.buffers);
     const unsigned grid[3] = {unsigned((elems + threads - 1) / threads), env.shape.grid[1], env.shape.grid[2]};
-    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, pointers.data());
+    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, reduce.pointers.data());
   }
   /// S^T, dP^T, dK and dV recomputed or accumulated: 8 * head_dim per visible pair and query head.
   double flops(const core::Problem& p) const override {
@@ -579,6 +591,12 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {
     return {{"dk", elements_kv(p)}, {"dv", elements_kv(p)}};
+  }
+  std::vector<Binding> bindings(const core::Config&, const core::Problem&) const override {
+    auto b = grad_inputs();
+    b.insert(b.end(), {{offsetof(BwdParams, dk), kGradOut}, {offsetof(BwdParams, dv), kGradOut2},
+                       {offsetof(BwdParams, ws), kWorkspace}});
+    return b;
   }
   void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
     core::Problem swapped = p;  // a key row costs batch * heads_q * seq_q * head_dim, as a query row with the seqs swapped
@@ -666,6 +684,11 @@ class AttnBwdDq : public AttnBwdGrad {
   std::vector<std::pair<std::string, std::int64_t>> outputs(const core::Problem& p) const override {
     return {{"dq", elements_q(p)}};
   }
+  std::vector<Binding> bindings(const core::Config&, const core::Problem&) const override {
+    auto b = grad_inputs();
+    b.push_back({offsetof(BwdParams, dq), kGradOut});
+    return b;
+  }
   void rows_to_check(const core::Problem& p, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
     q_rows = attn::reference_rows(p, attn::kReferenceBudget);
     if (q_rows.empty())
@@ -707,13 +730,13 @@ class AttnBwdDqDelta final : public AttnBwdDq {
     b.push_back({"delta", core::DType::f32, elements_rows(p), BufferRole::output, 0, 0});
     return b;
   }
-  // dq's arguments with delta (written) in D's place and O last.
-  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
-    auto a = AttnBwdGrad::arguments(c, p);
-    a[kDelta] = BufferArg{kDqdDelta};
-    a[kGradOut] = BufferArg{kDqdDq};
-    a.push_back(BufferArg{kDqdO});
-    return a;
+  // dq's inputs with O in D's place; dQ and D (written) out.
+  std::vector<Binding> bindings(const core::Config&, const core::Problem&) const override {
+    auto b = grad_inputs();
+    b[kDelta] = {offsetof(BwdParams, delta), kDqdDelta};
+    b.push_back({offsetof(BwdParams, o), kDqdO});
+    b.push_back({offsetof(BwdParams, dq), kDqdDq});
+    return b;
   }
   std::string kernel() const override { return "attn_bwd_dq_delta_kernel"; }
   // dq's tiles and the O tile (D is summed from shared memory).
@@ -772,13 +795,11 @@ class AttnBwdFused final : public AttnBwdGrad {
                 bool_arg(p.get("window", 0) > 0) + ">",
             {}};
   }
-  // (q, k, v, dout, lse, delta, dq, dk, dv, dq_acc, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens,
-  //  convert, scale, strides)
-  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
-    auto a = AttnBwdGrad::arguments(c, p);
-    a.insert(a.begin() + kFusedAcc, BufferArg{kFusedAcc});
-    a.insert(a.begin() + kConvertArg, KernelArg{std::int32_t(0)});
-    return a;
+  std::vector<Binding> bindings(const core::Config&, const core::Problem&) const override {
+    auto b = grad_inputs();
+    b.insert(b.end(), {{offsetof(BwdParams, dq), kFusedDq}, {offsetof(BwdParams, dk), kFusedDk},
+                       {offsetof(BwdParams, dv), kFusedDv}, {offsetof(BwdParams, ws), kFusedAcc}});
+    return b;
   }
   bool launches_itself() const override { return true; }
   void prepare(const LaunchEnv& env, const core::Config&, const core::Problem& p) const override {
@@ -787,17 +808,15 @@ class AttnBwdFused final : public AttnBwdGrad {
   void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
     if (env.buffers.size() != std::size_t(kFusedAcc + 1))
       throw core::Error("attn_bwd_fused.launch: expects " + n(kFusedAcc + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
-    std::vector<std::uint64_t> slots;
-    std::vector<void*> pointers;
-    pack_launch_args(arguments(c, p), env, slots, pointers);
+    auto args = arguments(c, p);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
-                 stream, pointers.data());
-    const std::int32_t one = 1;
-    std::memcpy(&slots[std::size_t(kConvertArg)], &one, sizeof one);
+                 stream, pack_kernel_args(args, env.buffers).pointers.data());
+    std::get<ParamsArg>(args[0]).set(offsetof(BwdParams, convert), std::int32_t(1));
+    auto convert = pack_kernel_args(args, env.buffers);
     const std::int64_t quads = p.at("seq_q") * p.at("head_dim") / 4, threads = env.shape.threads_per_block();
     const unsigned grid[3] = {unsigned((quads + threads - 1) / threads), unsigned(p.at("heads_q")), unsigned(p.at("batch"))};
-    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, pointers.data());
+    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, convert.pointers.data());
   }
   /// S^T, dP^T, dV, dK and dQ: 10 * head_dim per visible pair and query head (the whole backward's count).
   double flops(const core::Problem& p) const override {
@@ -805,7 +824,6 @@ class AttnBwdFused final : public AttnBwdGrad {
   }
 
  protected:
-  static constexpr int kConvertArg = 16;  // after sink_tokens
   std::string kernel() const override { return "attn_bwd_fused_wgmma_kernel"; }
   attn_bwd_f32::Stage f32_stage() const override {  // unreachable: can_run turns fp32 away (wgmma_shape_problem)
     throw core::Error("attn_bwd_fused has no fp32 kernel");

@@ -170,11 +170,9 @@ class AttnEager final : public attn::AttentionFamily {
       const std::int64_t per_block = threads * (wide ? 4 : 1);  // wide ops: four elements per thread
       const std::int64_t blocks = row_op ? count : (count + per_block - 1) / per_block;
       const unsigned grid[3] = {unsigned(std::clamp<std::int64_t>(blocks, 1, INT_MAX)), 1, 1};
-      std::vector<std::uint64_t> slots;
-      std::vector<void*> pointers;
-      pack_launch_args(op_args(p, op, a, bb, out, count, row_len, a_f32), e, slots, pointers);
+      auto args = pack_kernel_args(op_args(p, op, a, bb, out, count, row_len, a_f32), e.buffers);
       cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, static_cast<CUstream>(env.stream),
-                   pointers.data());
+                   args.pointers.data());
     };
 
     attn::ScoreGemms g;

@@ -138,29 +138,8 @@ class AttnFwd final : public attn::AttentionFamily {
     return s;
   }
 
-  // (q, k, v, sinks, o, lse, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens, scale_log2,
-  //  q / k / v / o strides per batch, head and row, in elements)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
-    const std::int64_t d = p.at("head_dim");
-    const float scale_log2 = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634);
-    return {BufferArg{attn::kQ},
-            BufferArg{attn::kK},
-            BufferArg{attn::kV},
-            BufferArg{attn::kSinks},
-            BufferArg{attn::kO},
-            BufferArg{attn::kLse},
-            std::int32_t(hq),
-            std::int32_t(hkv),
-            std::int32_t(sq),
-            std::int32_t(sk),
-            std::int32_t(p.get("window", 0)),
-            std::int32_t(p.get("sink_tokens", 0)),
-            scale_log2,
-            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d),      // q
-            std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d),     // k
-            std::int64_t(hkv * sk * d), std::int64_t(sk * d), std::int64_t(d),     // v
-            std::int64_t(hq * sq * d), std::int64_t(sq * d), std::int64_t(d)};     // o
+    return {attn::fwd_params(p)};
   }
 
  private:

@@ -96,11 +96,8 @@ class AttnNaive final : public attn::AttentionFamily {
     g.tf32 = p.get("tf32", 0) != 0;
     attn::gemm_scores(g, env.stream);
 
-    std::vector<std::uint64_t> slots;
-    std::vector<void*> pointers;
-    pack_launch_args(arguments(c, p), env, slots, pointers);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
-                 static_cast<CUstream>(env.stream), pointers.data());
+                 static_cast<CUstream>(env.stream), pack_kernel_args(arguments(c, p), env.buffers).pointers.data());
 
     attn::gemm_output(g, env.stream);
   }

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -43,11 +46,54 @@ struct BufferSpec {
   double lo = -1.0, hi = 1.0;  ///< input value range
 };
 
-// Kernel arguments in order: a device buffer (by index into buffers()) or a scalar.
+// Kernel arguments in order: a device buffer (by index into buffers()), a scalar, or a parameter struct.
 struct BufferArg {
   int index;
 };
-using KernelArg = std::variant<BufferArg, std::int32_t, std::int64_t, float>;
+// A parameter struct passed by value (`const __grid_constant__`, kernel_templates/attn_params.cuh): its
+// bytes as the host filled them, and the pointer members that take a buffer's device address at launch.
+struct ParamsArg {
+  struct Pointer {
+    std::size_t offset = 0;  ///< [bytes] of the pointer member in the struct
+    int buffer = 0;          ///< index into buffers()
+  };
+  std::vector<unsigned char> bytes;
+  std::vector<Pointer> pointers;
+
+  /// The bytes of `params` (a plain struct of pointers and numbers), no pointer bound yet.
+  template <typename P>
+  static ParamsArg of(const P& params) {
+    static_assert(std::is_trivially_copyable_v<P> && std::is_standard_layout_v<P>, "a plain parameter struct");
+    ParamsArg a;
+    a.bytes.resize(sizeof(P));
+    std::memcpy(a.bytes.data(), &params, sizeof(P));
+    return a;
+  }
+  /// The pointer member at `offset` (offsetof) takes buffer `index`'s device address.
+  ParamsArg& bind(std::size_t offset, int index) {
+    pointers.push_back({offset, index});
+    return *this;
+  }
+  /// Overwrites the member at `offset` (offsetof) with `value` (a number of the member's type).
+  template <typename V>
+  ParamsArg& set(std::size_t offset, V value) {
+    static_assert(std::is_arithmetic_v<V>, "a number");
+    if (offset + sizeof(V) > bytes.size()) throw std::out_of_range("ParamsArg::set past the struct");
+    std::memcpy(bytes.data() + offset, &value, sizeof(V));
+    return *this;
+  }
+};
+using KernelArg = std::variant<BufferArg, std::int32_t, std::int64_t, float, ParamsArg>;
+
+/// Kernel arguments as cuLaunchKernel takes them: `values` hold each argument's bytes (a BufferArg, or a
+/// ParamsArg's bound pointer, becomes that buffer's device address), `pointers[i]` points at argument i.
+struct PackedArgs {
+  std::vector<std::vector<std::uint64_t>> values;  ///< one 8-byte-aligned block per argument
+  std::vector<void*> pointers;
+};
+/// Packs `args` with `buffers` (device address per buffer, in buffers() order); throws core::Error when an
+/// argument names a buffer that is not there or a pointer member outside its struct.
+PackedArgs pack_kernel_args(const std::vector<KernelArg>& args, const std::vector<std::uint64_t>& buffers);
 
 // How a config becomes a compiled kernel: a C++ name expression instantiated through
 // nvrtcAddNameExpression (e.g. "weighted_row_sum_kernel<float, 256, 4>") and extra -D defines.
@@ -142,10 +188,6 @@ class KernelFamily {
   virtual double default_atol(const core::Problem& p) const = 0;
 };
 
-/// Kernel arguments as the driver takes them, for a family that launches itself: `slots` (8 bytes per
-/// argument) hold the values (a BufferArg becomes its env.buffers address), `pointers` point at the slots.
-void pack_launch_args(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
-                      std::vector<void*>& pointers);
 
 /// Every family built into flashtune, in a stable order.
 const std::vector<std::unique_ptr<KernelFamily>>& all_families();

@@ -1,5 +1,5 @@
 // harness/kernels/registry.cpp: the list of built-in kernel families and lookup by name; the defaults of
-// KernelFamily's optional hooks and the argument packing of families that launch themselves.
+// KernelFamily's optional hooks and the packing of kernel arguments for cuLaunchKernel.
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -34,24 +34,42 @@ void KernelFamily::launch(const LaunchEnv&, const core::Config&, const core::Pro
 
 void KernelFamily::prepare(const LaunchEnv&, const core::Config&, const core::Problem&) const {}
 
-void pack_launch_args(const std::vector<KernelArg>& args, const LaunchEnv& env, std::vector<std::uint64_t>& slots,
-                      std::vector<void*>& pointers) {
-  slots.assign(args.size(), 0);
-  pointers.clear();
-  for (std::size_t i = 0; i < args.size(); ++i) {
+PackedArgs pack_kernel_args(const std::vector<KernelArg>& args, const std::vector<std::uint64_t>& buffers) {
+  auto address = [&](int index) {
+    if (index < 0 || std::size_t(index) >= buffers.size())
+      throw core::Error("kernel argument names buffer " + std::to_string(index) + " of " + std::to_string(buffers.size()));
+    return buffers[std::size_t(index)];
+  };
+  PackedArgs out;
+  out.values.reserve(args.size());  // each block's address is taken below: no reallocation after
+  for (const auto& arg : args) {
     std::visit(
         [&](const auto& v) {
           using V = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<V, BufferArg>) {
-            slots[i] = env.buffers.at(std::size_t(v.index));
+            out.values.push_back({address(v.index)});
+          } else if constexpr (std::is_same_v<V, ParamsArg>) {
+            std::vector<std::uint64_t> block((v.bytes.size() + 7) / 8, 0);
+            std::memcpy(block.data(), v.bytes.data(), v.bytes.size());
+            for (const auto& ptr : v.pointers) {
+              if (ptr.offset + sizeof(std::uint64_t) > v.bytes.size())
+                throw core::Error("parameter struct pointer at byte " + std::to_string(ptr.offset) + " of " +
+                                  std::to_string(v.bytes.size()));
+              const std::uint64_t a = address(ptr.buffer);
+              std::memcpy(reinterpret_cast<unsigned char*>(block.data()) + ptr.offset, &a, sizeof a);
+            }
+            out.values.push_back(std::move(block));
           } else {
             static_assert(sizeof(V) <= sizeof(std::uint64_t));
-            std::memcpy(&slots[i], &v, sizeof v);
+            std::uint64_t slot = 0;
+            std::memcpy(&slot, &v, sizeof v);
+            out.values.push_back({slot});
           }
         },
-        args[i]);
-    pointers.push_back(&slots[i]);
+        arg);
+    out.pointers.push_back(out.values.back().data());
   }
+  return out;
 }
 
 const KernelFamily* find_family(const std::string& name) {

@@ -146,33 +146,10 @@ void upload_inputs(ProblemData& d) {
   }
 }
 
-// Kernel arguments as the driver wants them: an array of pointers to each argument's value.
-struct PackedArgs {
-  std::vector<std::array<unsigned char, 8>> storage;
-  std::vector<void*> pointers;
-};
-
-PackedArgs pack_args(const std::vector<kernels::KernelArg>& args, const ProblemData& d) {
-  PackedArgs out;
-  out.storage.resize(args.size());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto* slot = out.storage[i].data();
-    std::visit(
-        [&](const auto& v) {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, kernels::BufferArg>) {
-            if (v.index < 0 || std::size_t(v.index) >= d.buffers.size())
-              throw core::Error("kernel argument names buffer " + std::to_string(v.index) + " of " +
-                                std::to_string(d.buffers.size()));
-            const CUdeviceptr ptr = d.buffers[std::size_t(v.index)].ptr();
-            std::memcpy(slot, &ptr, sizeof ptr);
-          } else {
-            std::memcpy(slot, &v, sizeof v);
-          }
-        },
-        args[i]);
-    out.pointers.push_back(slot);
-  }
+// Every buffer's device address, in buffers() order.
+std::vector<std::uint64_t> buffer_addresses(const ProblemData& d) {
+  std::vector<std::uint64_t> out;
+  for (const auto& b : d.buffers) out.push_back(std::uint64_t(b.ptr()));
   return out;
 }
 
@@ -417,7 +394,7 @@ class ExperimentRun {
     const int rounds = study.strategy.finalist_rounds;
     struct Ready {
       std::optional<cuda::Module> module;
-      PackedArgs args;
+      kernels::PackedArgs args;
       Launch launch;
     };
     try {
@@ -522,12 +499,12 @@ class ExperimentRun {
     std::function<void(CUstream)> prepare;  ///< empty: nothing to do before a launch
   };
   Launch make_launch(const kernels::KernelFamily& family, const core::Config& config, const core::Problem& problem,
-                     const kernels::LaunchShape& shape, CUfunction fn, const ProblemData& data, PackedArgs& args) const {
+                     const kernels::LaunchShape& shape, CUfunction fn, const ProblemData& data, kernels::PackedArgs& args) const {
     if (family.launches_itself()) {
       kernels::LaunchEnv env;
       env.function = fn;
       env.shape = shape;
-      for (const auto& b : data.buffers) env.buffers.push_back(std::uint64_t(b.ptr()));
+      env.buffers = buffer_addresses(data);
       return {[&family, env, &config, &problem](CUstream s) mutable {
                 env.stream = s;
                 family.launch(env, config, problem);
@@ -537,7 +514,7 @@ class ExperimentRun {
                 family.prepare(env, config, problem);
               }};
     }
-    args = pack_args(family.arguments(config, problem), data);
+    args = kernels::pack_kernel_args(family.arguments(config, problem), buffer_addresses(data));
     return {[fn, shape, &args](CUstream s) {
               cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
             },
@@ -629,7 +606,7 @@ class ExperimentRun {
     }
     r.device_bytes = data.device_bytes();
     CUstream stream = m_gpu->stream.get();
-    PackedArgs args;
+    kernels::PackedArgs args;
     const Launch launch = make_launch(family, config, problem, shape, fn, data, args);
 
     if (m_exp.validate.enabled) {

@@ -210,12 +210,7 @@ TEST(AttnBwdF32Compile, VariantsAndHeaviestConfigsCompileWithoutSpills) {
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     std::vector<std::string> inst;
-    for (const auto& n : names) {
-      std::string params = "const float*, const float*, const float*, const float*, const float*, const float*, float*, ";
-      if (n.rfind("attn_bwd_dkdv", 0) == 0) params += "float*, float*, int, int, ";  // dv, workspace, sink_split, reduce
-      params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
-      inst.push_back("template __global__ void " + n + "(" + params + ");");
-    }
+    for (const auto& n : names) inst.push_back(flashtune::testing::attn_instantiation(n));
     ASSERT_GE(inst.size(), 36u) << arch;
     std::printf("%s: %zu kernels\n", arch.c_str(), inst.size());
     const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst, arch);
@@ -231,17 +226,12 @@ TEST(AttnBwdF32Compile, VariantsAndHeaviestConfigsCompileWithoutSpills) {
 
 namespace {
 
-using DkdvFn = void (*)(const float*, const float*, const float*, const float*, const float*, const float*, float*,
-                        float*, float*, int, int, int, int, int, int, int, int, float, long long, long long, long long,
-                        long long, long long, long long);
-using DqFn = void (*)(const float*, const float*, const float*, const float*, const float*, const float*, float*, int,
-                      int, int, int, int, int, float, long long, long long, long long, long long, long long, long long);
-using AnyFn = std::variant<DkdvFn, DqFn>;
+using KernelFn = void (*)(FtAttnBwdParams<float>);
 
 struct Case {
   std::string name;
   std::string family;
-  AnyFn kernel;
+  KernelFn kernel;
   core::Config config;
   std::map<std::string, std::int64_t> dims;
 };
@@ -272,18 +262,16 @@ std::string emulate(const Case& k, std::vector<core::Validation>& results) {
     out[i].assign(ref64[i].values.size() + 2 * kGuard, kCanary);
     std::fill(out[i].begin() + kGuard, out[i].end() - kGuard, std::nanf(""));
   }
-  const auto args = f.arguments(k.config, p);
-  // Buffer arguments by index (inputs first, then outputs, as buffers() lists them); the workspace is unused.
-  const std::size_t n_in = inputs.size();
-  auto buf = [&](std::size_t i) -> float* {
-    const int b = std::get<kernels::BufferArg>(args.at(i)).index;
-    if (std::size_t(b) < n_in) return in[std::size_t(b)].data();
-    if (std::size_t(b) - n_in < out.size()) return out[std::size_t(b) - n_in].data() + kGuard;
-    return nullptr;
-  };
-  auto i32 = [&](std::size_t i) { return std::get<std::int32_t>(args.at(i)); };
-  auto i64 = [&](std::size_t i) { return static_cast<long long>(std::get<std::int64_t>(args.at(i))); };
-  auto f32 = [&](std::size_t i) { return std::get<float>(args.at(i)); };
+  // The family's parameter struct, its pointers bound to the emulator's buffers (inputs, then outputs, as
+  // buffers() lists them; the workspace, unused without split sink tiles, gets no memory).
+  std::vector<std::uint64_t> addresses;
+  for (auto& b : in) addresses.push_back(reinterpret_cast<std::uint64_t>(b.data()));
+  for (auto& b : out) addresses.push_back(reinterpret_cast<std::uint64_t>(b.data() + kGuard));
+  while (addresses.size() < f.buffers(p).size()) addresses.push_back(0);
+  const auto packed = kernels::pack_kernel_args(f.arguments(k.config, p), addresses);
+  if (packed.pointers.size() != 1) return "the kernel takes one parameter struct";
+  FtAttnBwdParams<float> params{};
+  std::memcpy(&params, packed.pointers.at(0), sizeof params);
   const auto shape = f.launch_shape(k.config, p, dev);
   ft_emu::g_grid = {shape.grid[0], shape.grid[1], shape.grid[2]};
   std::string error;
@@ -291,14 +279,7 @@ std::string emulate(const Case& k, std::vector<core::Validation>& results) {
     for (unsigned y = 0; y < shape.grid[1] && error.empty(); ++y)
       for (unsigned x = 0; x < shape.grid[0] && error.empty(); ++x) {
         error = ft_emu::run_block({x, y, z}, int(shape.block[0]), shape.dynamic_smem_bytes, [&] {
-          if (const auto* fn = std::get_if<DkdvFn>(&k.kernel))
-            (*fn)(buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6), buf(7), buf(8), i32(9), i32(10), i32(11),
-                  i32(12), i32(13), i32(14), i32(15), i32(16), f32(17), i64(18), i64(19), i64(20), i64(21), i64(22),
-                  i64(23));
-          else
-            std::get<DqFn>(k.kernel)(buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), buf(6), i32(7), i32(8), i32(9),
-                                     i32(10), i32(11), i32(12), f32(13), i64(14), i64(15), i64(16), i64(17), i64(18),
-                                     i64(19));
+          k.kernel(params);
         });
         if (!error.empty()) error = "block (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + "): " + error;
       }
@@ -321,13 +302,13 @@ Case dkdv_case(const std::string& name, M dims) {
   if (!kWindow) dims["window"] = 0, dims["sink_tokens"] = 0;
   auto c = cfg(kBm, kBn, kW, kSt);
   c.values["sink_split"] = 1;
-  return {name, "attn_bwd_dkdv", DkdvFn(&attn_bwd_dkdv_f32_kernel<kHd, kBm, kBn, kW, kSt, kTf32, kCausal, kWindow>), c, dims};
+  return {name, "attn_bwd_dkdv", KernelFn(&attn_bwd_dkdv_f32_kernel<kHd, kBm, kBn, kW, kSt, kTf32, kCausal, kWindow>), c, dims};
 }
 template <int kHd, int kBm, int kBn, int kW, int kSt, bool kTf32, bool kCausal, bool kWindow>
 Case dq_case(const std::string& name, M dims) {
   dims["head_dim"] = kHd, dims["tf32"] = kTf32, dims["causal"] = kCausal;
   if (!kWindow) dims["window"] = 0, dims["sink_tokens"] = 0;
-  return {name, "attn_bwd_dq", DqFn(&attn_bwd_dq_f32_kernel<kHd, kBm, kBn, kW, kSt, kTf32, kCausal, kWindow>),
+  return {name, "attn_bwd_dq", KernelFn(&attn_bwd_dq_f32_kernel<kHd, kBm, kBn, kW, kSt, kTf32, kCausal, kWindow>),
           cfg(kBm, kBn, kW, kSt), dims};
 }
 

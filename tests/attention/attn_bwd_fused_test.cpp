@@ -1,15 +1,19 @@
 // tests/attention/attn_bwd_fused_test.cpp: the attn_bwd_fused family (dK, dV and dQ in one pass, sm_90a
-// wgmma, dQ through fp32 atomics) on the CPU: its own stage, arguments that match the kernel signature, reasons
+// wgmma, dQ through fp32 atomics) on the CPU: its own stage, its parameter struct and bindings, reasons
 // for what it cannot run, its shared memory, grid and workspace; and every config of its default space that
 // can_run admits compiles with NVRTC for sm_90a (without spills at head_dim 64). The GPU side is in
 // tests/attention/attn_bwd_gpu_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
+#include <map>
 #include <regex>
 #include <set>
 
 #include "harness/kernels/attn_bwd.hpp"
 #include "harness/kernels/family.hpp"
+#include "kernel_templates/attn_params.cuh"
 #include "tests/kernels/kernel_test_support.hpp"
 
 using namespace flashtune;
@@ -46,44 +50,34 @@ TEST(AttnBwdFused, IsItsOwnStageBesideDkdvAndDq) {
   EXPECT_EQ(stages.size(), 5u);
 }
 
-TEST(AttnBwdFused, ArgumentsMatchTheKernelSignature) {
+TEST(AttnBwdFused, ArgumentsAreOneParamsStruct) {
   const auto& f = fused();
   const std::string source = flashtune::testing::read_template("attn_bwd_sm90.cuh");
   const auto p = problem({{"batch", 2}, {"heads_q", 4}, {"heads_kv", 2}, {"seq_q", 33}, {"seq_k", 70}, {"head_dim", 64}});
   const auto c = cfg(64, 128, 8, 2);
   const std::string expr = f.specialize(c, p).name_expression;
   EXPECT_EQ(expr, "attn_bwd_fused_wgmma_kernel<ft_bf16, 64, 64, 2, 2, false, false>");
-  const auto params = flashtune::testing::kernel_parameters(source, "attn_bwd_fused_wgmma_kernel");
+  EXPECT_TRUE(flashtune::testing::takes_params_struct(source, "attn_bwd_fused_wgmma_kernel", "FtAttnBwdParams"));
   const auto args = f.arguments(c, p);
   const auto buffers = f.buffers(p);
-  ASSERT_EQ(params.size(), args.size());
-  std::set<int> used;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& par = params[i];
-    if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
-      used.insert(b->index);
-      EXPECT_EQ(par.find("const") != std::string::npos, buffers[std::size_t(b->index)].role == kernels::BufferRole::input)
-          << "arg " << i << ": " << par;
-      EXPECT_EQ(par.find("float") != std::string::npos, buffers[std::size_t(b->index)].dtype == core::DType::f32)
-          << "arg " << i << ": " << par;
-    } else if (std::holds_alternative<std::int64_t>(args[i])) {
-      EXPECT_NE(par.find("long long"), std::string::npos) << "arg " << i << ": " << par;
-    } else if (std::holds_alternative<float>(args[i])) {
-      EXPECT_NE(par.find("float"), std::string::npos) << "arg " << i << ": " << par;
-    } else {
-      EXPECT_NE(par.find("int "), std::string::npos) << "arg " << i << ": " << par;
-    }
-  }
-  EXPECT_EQ(used.size(), buffers.size()) << "every buffer is passed";
-  // The outputs in order, then the accumulator; `convert` (0 for the main launch) right after sink_tokens.
+  ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdParams<void>), buffers), "");
+  // The outputs in order, then the accumulator (bound to ws); `convert` 0 for the main launch.
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDq].name, "dq");
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDk].name, "dk");
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDv].name, "dv");
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].dtype, core::DType::f32);
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 33 * 64);
-  EXPECT_NE(params[16].find("convert"), std::string::npos) << params[16];
-  EXPECT_EQ(std::get<std::int32_t>(args[16]), 0);
+  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  FtAttnBwdParams<void> prm;
+  std::memcpy(&prm, a.bytes.data(), sizeof prm);
+  EXPECT_EQ(prm.convert, 0);
+  const std::map<std::size_t, int> expected{{offsetof(FtAttnBwdParams<void>, dq), kernels::attn_bwd::kFusedDq},
+                                            {offsetof(FtAttnBwdParams<void>, dk), kernels::attn_bwd::kFusedDk},
+                                            {offsetof(FtAttnBwdParams<void>, dv), kernels::attn_bwd::kFusedDv},
+                                            {offsetof(FtAttnBwdParams<void>, ws), kernels::attn_bwd::kFusedAcc}};
+  for (const auto& ptr : a.pointers)
+    if (expected.count(ptr.offset)) EXPECT_EQ(ptr.buffer, expected.at(ptr.offset)) << "member at " << ptr.offset;
 }
 
 TEST(AttnBwdFused, CanRunGivesReasonsAndTheShapeCoversTheKeys) {
@@ -126,12 +120,7 @@ TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
   auto add = [&](const core::Config& c, const core::Problem& p) {
     if (f.can_run(c, p, dev)) return;
     const std::string n = f.specialize(c, p).name_expression;
-    const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
-    inst[p.at("head_dim") == 128].push_back(
-        "template __global__ void " + n + "(const " + t + "*, const " + t + "*, const " + t + "*, const " + t +
-        "*, const float*, const float*, " + t + "*, " + t + "*, " + t +
-        "*, float*, int, int, int, int, int, int, int, float, long long, long long, long long, long long, long long, "
-        "long long);");
+    inst[p.at("head_dim") == 128].push_back(flashtune::testing::attn_instantiation(n));
   };
   for (std::int64_t hd : {64, 128})
     for (bool masks : {false, true}) {

@@ -108,19 +108,10 @@ class Launcher {
       finish(specs, bufs, stream, tensors);
       return;
     }
-    const auto args = f.arguments(c, p);
-    std::vector<CUdeviceptr> ptrs(args.size());
-    std::vector<std::int32_t> i32(args.size());
-    std::vector<std::int64_t> i64(args.size());
-    std::vector<float> f32(args.size());
-    std::vector<void*> argv(args.size());
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) ptrs[i] = bufs[std::size_t(b->index)].ptr(), argv[i] = &ptrs[i];
-      else if (const auto* x = std::get_if<std::int32_t>(&args[i])) i32[i] = *x, argv[i] = &i32[i];
-      else if (const auto* y = std::get_if<std::int64_t>(&args[i])) i64[i] = *y, argv[i] = &i64[i];
-      else f32[i] = std::get<float>(args[i]), argv[i] = &f32[i];
-    }
-    cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream.get(), argv.data());
+    std::vector<std::uint64_t> addresses;
+    for (const auto& b : bufs) addresses.push_back(std::uint64_t(b.ptr()));
+    auto packed = kernels::pack_kernel_args(f.arguments(c, p), addresses);
+    cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream.get(), packed.pointers.data());
     finish(specs, bufs, stream, tensors);
   }
 
@@ -410,15 +401,15 @@ TEST(AttnBwdGpu, PlantedMaskBugsAreCaught) {
     const char* to;
   } bugs[] = {
       {"attn_bwd_dkdv", "attn_bwd.cuh", "f16",
-       "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
-       "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"},
+       "const bool need_mask = m0 + kBlockM > p.seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
+       "const bool need_mask = m0 + kBlockM > p.seq_q || n0 + kBlockN > p.seq_k;"},
       {"attn_bwd_dq", "attn_bwd.cuh", "f16", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
-       "const bool need_mask = n0 + kBlockN > seq_k;"},
+       "const bool need_mask = n0 + kBlockN > p.seq_k;"},
       {"attn_bwd_dkdv", "attn_bwd_f32.cuh", "f32",
-       "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
-       "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"},
+       "const bool need_mask = m0 + kBlockM > p.seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
+       "const bool need_mask = m0 + kBlockM > p.seq_q || n0 + kBlockN > p.seq_k;"},
       {"attn_bwd_dq", "attn_bwd_f32.cuh", "f32", "const bool need_mask = ft_attn_tile_needs_mask(mask, w0, w1, n0, kBlockN);",
-       "const bool need_mask = n0 + kBlockN > seq_k;"},
+       "const bool need_mask = n0 + kBlockN > p.seq_k;"},
   };
   for (const auto& bug : bugs) {
     TempDir dir;

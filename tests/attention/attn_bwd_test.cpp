@@ -1,11 +1,14 @@
 // tests/attention/attn_bwd_test.cpp: the attention backward families on the CPU: registered, one stage
-// each; arguments match the kernel signatures; launch shapes cover the problem; can_run gives reasons;
+// each; arguments are one parameter struct binding every buffer; launch shapes cover the problem; can_run gives reasons;
 // the references (O built so rowsum(dO * O) is the D input, sampled rows) agree with the naive backward;
 // the same-precision reference passes the pass rule and a perturbed output fails; and every kernel of
 // every mask variant and head dim compiles with NVRTC for sm_80 and sm_90a without spills.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -13,6 +16,7 @@
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/attn_bwd.hpp"
 #include "harness/kernels/family.hpp"
+#include "kernel_templates/attn_params.cuh"
 #include "reference/attention_bwd.hpp"
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
@@ -67,7 +71,14 @@ TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
   EXPECT_EQ(stages.size(), 5u);
 }
 
-TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
+// Every backward kernel takes one FtAttnBwdParams; the host binds each of the stage's buffers to one pointer
+// member: the const members (Q, K, V, O, dO, LSE, sinks) to inputs, dQ / dK / dV / dsinks to outputs, ws to
+// the workspace, and D to an input (dkdv, dq, fused, dsink) or the output (preprocess, dq_delta).
+TEST(AttnBwdFamilies, ArgumentsAreOneParamsStructBindingEveryBuffer) {
+  using P = FtAttnBwdParams<void>;
+  const std::set<std::size_t> inputs{offsetof(P, q),    offsetof(P, k),   offsetof(P, v),    offsetof(P, o),
+                                     offsetof(P, dout), offsetof(P, lse), offsetof(P, sinks)};
+  const std::set<std::size_t> outputs{offsetof(P, dq), offsetof(P, dk), offsetof(P, dv), offsetof(P, dsinks)};
   const std::string source = flashtune::testing::read_template("attn_bwd.cuh") +
                              flashtune::testing::read_template("attn_bwd_sm90.cuh") +
                              flashtune::testing::read_template("attn_bwd_f32.cuh");
@@ -85,31 +96,20 @@ TEST(AttnBwdFamilies, ArgumentsMatchTheKernelSignatures) {
       if (c.values.count("mma")) c.values["mma"] = mma == 32 ? 80 : mma;
       const std::string expr = f.specialize(c, p).name_expression;
       const std::string kernel = expr.substr(0, expr.find('<'));
-      const auto params = flashtune::testing::kernel_parameters(source, kernel);
+      EXPECT_TRUE(flashtune::testing::takes_params_struct(source, kernel, "FtAttnBwdParams")) << kernel;
       const auto args = f.arguments(c, p);
       const auto buffers = f.buffers(p);
-      ASSERT_EQ(params.size(), args.size()) << name;
-      std::set<int> used;
-      for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& par = params[i];
-        if (const auto* b = std::get_if<kernels::BufferArg>(&args[i])) {
-          ASSERT_LT(b->index, int(buffers.size()));
-          used.insert(b->index);
-          EXPECT_NE(par.find('*'), std::string::npos) << name << " arg " << i;
-          EXPECT_EQ(par.find("const") != std::string::npos, buffers[b->index].role == kernels::BufferRole::input)
-              << name << " arg " << i << ": " << par;
-          const bool f32 = buffers[b->index].dtype == core::DType::f32;
-          EXPECT_EQ(par.find("float") != std::string::npos, f32) << name << " arg " << i << ": " << par;
-        } else if (std::holds_alternative<std::int64_t>(args[i])) {
-          EXPECT_NE(par.find("long long"), std::string::npos) << name << " arg " << i << ": " << par;
-        } else if (std::holds_alternative<float>(args[i])) {
-          EXPECT_NE(par.find("float"), std::string::npos) << name << " arg " << i << ": " << par;
-        } else {
-          EXPECT_NE(par.find("int "), std::string::npos) << name << " arg " << i << ": " << par;
-          EXPECT_EQ(par.find("long"), std::string::npos) << name << " arg " << i << ": " << par;
-        }
+      ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(P), buffers), "") << name << " mma " << mma;
+      for (const auto& ptr : std::get<kernels::ParamsArg>(args[0]).pointers) {
+        const auto role = buffers[std::size_t(ptr.buffer)].role;
+        const std::string what = std::string(name) + " member at byte " + std::to_string(ptr.offset);
+        if (inputs.count(ptr.offset)) EXPECT_EQ(role, kernels::BufferRole::input) << what;
+        if (outputs.count(ptr.offset)) EXPECT_EQ(role, kernels::BufferRole::output) << what;
+        if (ptr.offset == offsetof(P, ws)) EXPECT_EQ(role, kernels::BufferRole::workspace) << what;
+        const bool writes_delta = f.name() == "attn_bwd_preprocess" || f.name() == "attn_bwd_dq_delta";
+        if (ptr.offset == offsetof(P, delta))
+          EXPECT_EQ(role, writes_delta ? kernels::BufferRole::output : kernels::BufferRole::input) << what;
       }
-      EXPECT_EQ(used.size(), buffers.size()) << name << ": every buffer is passed";
     }
 }
 
@@ -332,13 +332,10 @@ TEST(AttnBwdFamilies, MinBlocksCapsTheMmaSyncKernelsRegisters) {
 
   // ptxas: uncapped the dq kernel takes more than 128 registers; min_blocks 8 (2 warps) caps it at 128, unspilled.
   const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
-  const std::string params = "(const ft_bf16*, const ft_bf16*, const ft_bf16*, const ft_bf16*, const float*, const float*, "
-                             "ft_bf16*, int, int, int, int, int, int, float, long long, long long, long long, long long, "
-                             "long long, long long);";
   const auto free = flashtune::testing::compile_instantiations(
-      source, "attn_bwd.cuh", {"template __global__ void " + dq.specialize(cfg(32, 32, 2, 1), p).name_expression + params}, "sm_90a");
+      source, "attn_bwd.cuh", {flashtune::testing::attn_instantiation(dq.specialize(cfg(32, 32, 2, 1), p).name_expression)}, "sm_90a");
   const auto capped = flashtune::testing::compile_instantiations(
-      source, "attn_bwd.cuh", {"template __global__ void " + name + params}, "sm_90a");
+      source, "attn_bwd.cuh", {flashtune::testing::attn_instantiation(name)}, "sm_90a");
   ASSERT_TRUE(free.record.ok && capped.record.ok) << free.record.log.substr(0, 2000) << capped.record.log.substr(0, 2000);
   EXPECT_GT(free.max_registers, 128);
   EXPECT_LE(capped.max_registers, 128);
@@ -367,11 +364,17 @@ TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
     const auto s = dkdv.launch_shape(c, p, dev);
     EXPECT_EQ(s.grid[0], unsigned(16 + (split > 1 ? 2 * split : 0))) << split;  // 1000 keys: 16 tiles
     const auto args = dkdv.arguments(c, p);
-    ASSERT_EQ(args.size(), 24u);
-    EXPECT_EQ(std::get<kernels::BufferArg>(args[8]).index, int(kernels::attn_bwd::kWorkspace));
-    EXPECT_EQ(std::get<std::int32_t>(args[14]), 100);    // sink_tokens
-    EXPECT_EQ(std::get<std::int32_t>(args[15]), split);  // sink_split
-    EXPECT_EQ(std::get<std::int32_t>(args[16]), 0);      // reduce: the main launch
+    ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdParams<void>), dkdv.buffers(p)), "");
+    const auto& a = std::get<kernels::ParamsArg>(args[0]);
+    FtAttnBwdParams<void> prm;
+    std::memcpy(&prm, a.bytes.data(), sizeof prm);
+    EXPECT_EQ(prm.sink_tokens, 100);
+    EXPECT_EQ(prm.sink_split, split);
+    EXPECT_EQ(prm.reduce, 0);  // the main launch
+    const auto ws = std::find_if(a.pointers.begin(), a.pointers.end(),
+                                 [](const auto& ptr) { return ptr.offset == offsetof(FtAttnBwdParams<void>, ws); });
+    ASSERT_NE(ws, a.pointers.end());
+    EXPECT_EQ(ws->buffer, int(kernels::attn_bwd::kWorkspace));
   }
   // sink tokens past seq_k: every key tile holds sinks, the workspace rows stop at seq_k
   auto few_keys = sinks;
@@ -513,23 +516,7 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
     std::sort(names.begin(), names.end());
     names.erase(std::unique(names.begin(), names.end()), names.end());
     std::vector<std::string> inst;
-    for (const auto& n : names) {
-      const std::string kernel = n.substr(0, n.find('<'));
-      const bool pre = kernel == "attn_bwd_preprocess_kernel", sink = kernel == "attn_bwd_dsink_kernel";
-      const std::string t = sink ? "" : n.substr(n.find('<') + 1, n.find(',') - n.find('<') - 1);
-      std::string params;
-      if (pre) params = "const " + t + "*, const " + t + "*, float*, int, int, long long, long long, long long";
-      else if (sink) params = "const float*, const float*, const float*, float*, int, int, int";
-      else {
-        const bool dqd = kernel == "attn_bwd_dq_delta_kernel";  // D written, O last
-        params = "const " + t + "*, const " + t + "*, const " + t + "*, const " + t + "*, const float*, " +
-                 (dqd ? "float*, " : "const float*, ") + t + "*, ";
-        if (kernel.rfind("attn_bwd_dkdv", 0) == 0) params += t + "*, float*, int, int, ";  // dv, workspace, sink_split, reduce
-        params += "int, int, int, int, int, int, float, long long, long long, long long, long long, long long, long long";
-        if (dqd) params += ", const " + t + "*";
-      }
-      inst.push_back("template __global__ void " + n + "(" + params + ");");
-    }
+    for (const auto& n : names) inst.push_back(flashtune::testing::attn_instantiation(n));
     ASSERT_GE(inst.size(), 60u) << arch;
     const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst, arch);
     ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log.substr(0, 4000);

@@ -50,7 +50,7 @@ TEST(AttnFwdGpu, PlantedMaskBugIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
-  ASSERT_TRUE(plant_bug(tdir, "attn_fwd.cuh", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);", "const bool need_mask = n0 + kBlockN > seq_k;"))
+  ASSERT_TRUE(plant_bug(tdir, "attn_fwd.cuh", "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);", "const bool need_mask = n0 + kBlockN > p.seq_k;"))
       << "the planted bug's anchor moved";
   const auto exp = experiment::parse_experiment(R"(
 name: attn_fwd_planted
@@ -100,7 +100,7 @@ TEST(AttnFwdGpu, PlantedMaskBugInTheWgmmaKernelIsCaught) {
   const fs::path tdir = dir.path / "templates";
   ASSERT_TRUE(plant_bug(tdir, "attn_fwd_sm90.cuh",
                         "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
-                        "const bool need_mask = n0 + kBlockN > seq_k;"))
+                        "const bool need_mask = n0 + kBlockN > p.seq_k;"))
       << "the planted bug's anchor moved";
   const auto exp = experiment::parse_experiment(R"(
 name: attn_fwd_sm90_planted

@@ -219,6 +219,7 @@ inline FtEmuDim3 grid_dim() { return g_grid; }
 #define __forceinline__ inline
 #define __shared__
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define threadIdx (ft_emu::thread_idx())
 #define blockIdx (ft_emu::block_idx())
 #define gridDim (ft_emu::grid_dim())

@@ -241,9 +241,7 @@ TEST(AttnFwdF32Compile, HeaviestRunnableConfigsDoNotSpill) {
 // ------------------------------------------------------------------------------------------------
 // The kernels on the CPU emulator against the reference.
 
-using KernelFn = void (*)(const float*, const float*, const float*, const float*, float*, float*, int, int, int, int,
-                          int, int, float, long long, long long, long long, long long, long long, long long, long long,
-                          long long, long long, long long, long long, long long);
+using KernelFn = void (*)(FtAttnFwdParams<float>);
 
 struct Emulated {
   std::string error;  // emulator: deadlock, bad address, guard zone
@@ -286,22 +284,20 @@ Emulated emulate(KernelFn kernel, const core::Config& c, const core::Problem& p,
     out[i].assign(ref64[i].values.size() + 2 * kGuard, kCanary);
     std::fill(out[i].begin() + kGuard, out[i].end() - kGuard, std::nanf(""));
   }
-  const auto args = f.arguments(c, p);
-  auto i32 = [&](std::size_t i) { return std::get<std::int32_t>(args.at(i)); };
-  auto i64 = [&](std::size_t i) { return static_cast<long long>(std::get<std::int64_t>(args.at(i))); };
-  const float scale_log2 = std::get<float>(args.at(12));
-  for (std::size_t i = 0; i < 6; ++i)
-    if (std::get<kernels::BufferArg>(args.at(i)).index != int(i)) r.error = "buffer arguments out of order";
-  float* o = out[0].data() + kGuard;
-  float* lse = out[1].data() + kGuard;
+  // The family's parameter struct, its pointers bound to the emulator's buffers (q, k, v, sinks, o, lse).
+  std::vector<std::uint64_t> addresses;
+  for (auto& b : in) addresses.push_back(reinterpret_cast<std::uint64_t>(b.data()));
+  for (auto& b : out) addresses.push_back(reinterpret_cast<std::uint64_t>(b.data() + kGuard));
+  const auto packed = kernels::pack_kernel_args(f.arguments(c, p), addresses);
+  if (packed.pointers.size() != 1) r.error = "the kernel takes one parameter struct";
+  FtAttnFwdParams<float> params{};
+  std::memcpy(&params, packed.pointers.at(0), sizeof params);
   const auto shape = f.launch_shape(c, p, device);
   for (unsigned z = 0; z < shape.grid[2] && r.error.empty(); ++z)
     for (unsigned y = 0; y < shape.grid[1] && r.error.empty(); ++y)
       for (unsigned x = 0; x < shape.grid[0] && r.error.empty(); ++x) {
         r.error = ft_emu::run_block({x, y, z}, int(shape.block[0]), shape.dynamic_smem_bytes, [&] {
-          kernel(in[0].data(), in[1].data(), in[2].data(), in[3].data(), o, lse, i32(6), i32(7), i32(8), i32(9),
-                 i32(10), i32(11), scale_log2, i64(13), i64(14), i64(15), i64(16), i64(17), i64(18), i64(19), i64(20),
-                 i64(21), i64(22), i64(23), i64(24));
+          kernel(params);
         });
         if (!r.error.empty()) r.error = "block (" + std::to_string(x) + ", " + std::to_string(y) + ", " +
                                         std::to_string(z) + "): " + r.error;
@@ -402,9 +398,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttnFwdF32Emulated, testing::ValuesIn(cases()),
 // The emulator is strict enough to catch what it claims to: a kernel that skips the cp.async wait before
 // reading Q reads poisoned shared memory, and an output written past its end hits the guard zone.
 template <int kHd>
-void kernel_without_wait(const float* q, const float*, const float*, const float*, float* o, float* lse, int, int,
-                         int, int, int, int, float, long long, long long, long long, long long, long long, long long,
-                         long long, long long, long long, long long, long long, long long) {
+void kernel_without_wait(FtAttnFwdParams<float> p) {
+  const float* q = p.q;
+  float* o = p.o;
+  float* lse = p.lse;
   // Q has kHd floats: threads 0 .. kHd / 4 - 1 copy 16 bytes each; O has kHd floats too.
   float* s = reinterpret_cast<float*>(ft_attn_f32_smem);
   if (threadIdx.x < kHd / 4) ft_attn_f32::cp_async_16(s + 4 * threadIdx.x, q + 4 * threadIdx.x, true);

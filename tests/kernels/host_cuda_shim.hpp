@@ -21,6 +21,7 @@
 #define __device__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 
 struct dim3 {
   unsigned x = 0, y = 0, z = 0;

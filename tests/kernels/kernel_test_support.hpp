@@ -1,5 +1,5 @@
 // tests/kernels/kernel_test_support.hpp: helpers for the family tests: a template's text and a kernel's
-// parameter list, the runner's input fill done on the host, and compiling many instantiations of one
+// parameter list or parameter struct, the runner's input fill done on the host, and compiling many instantiations of one
 // template in a few NVRTC calls (explicit instantiations; ptxas then reports every kernel).
 #pragma once
 
@@ -71,6 +71,44 @@ inline std::vector<std::string> kernel_parameters(const std::string& source, con
   std::stringstream ss(m[1].str());
   for (std::string p; std::getline(ss, p, ',');) params.push_back(p);
   return params;
+}
+
+/// True when `kernel`'s definition in `source` takes one parameter, `const __grid_constant__ <type><...> p`
+/// (the operation's parameter struct, kernel_templates/attn_params.cuh).
+inline bool takes_params_struct(const std::string& source, const std::string& kernel, const std::string& type) {
+  return std::regex_search(source, std::regex(kernel + R"(\(const __grid_constant__ )" + type + R"(<\w+> p\))"));
+}
+
+/// The explicit instantiation of an attention kernel (`name_expression` as specialize() gives it): its one
+/// parameter, FtAttnFwdParams or FtAttnBwdParams of its element type (float for the fp32 and dsink kernels).
+inline std::string attn_instantiation(const std::string& name_expression) {
+  const std::string kernel = name_expression.substr(0, name_expression.find('<'));
+  const std::string params = kernel.rfind("attn_fwd", 0) == 0 ? "FtAttnFwdParams" : "FtAttnBwdParams";
+  const std::string first = name_expression.substr(name_expression.find('<') + 1,
+                                                   name_expression.find_first_of(",>") - name_expression.find('<') - 1);
+  const std::string t = first == "ft_half" || first == "ft_bf16" ? first : "float";
+  return "template __global__ void " + name_expression + "(const __grid_constant__ " + params + "<" + t + ">);";
+}
+
+/// "" when `args` is one parameter struct of `bytes` bytes binding every one of `buffers` exactly once, each
+/// at its own 8-byte member inside the struct; else what is wrong.
+inline std::string check_params_arg(const std::vector<kernels::KernelArg>& args, std::size_t bytes,
+                                    const std::vector<kernels::BufferSpec>& buffers) {
+  if (args.size() != 1) return std::to_string(args.size()) + " arguments, not one parameter struct";
+  const auto* a = std::get_if<kernels::ParamsArg>(&args[0]);
+  if (!a) return "the argument is not a parameter struct";
+  if (a->bytes.size() != bytes) return "struct of " + std::to_string(a->bytes.size()) + " bytes, not " + std::to_string(bytes);
+  std::map<std::size_t, int> members;
+  std::vector<int> uses(buffers.size(), 0);
+  for (const auto& ptr : a->pointers) {
+    if (ptr.offset % 8 != 0 || ptr.offset + 8 > bytes) return "pointer at byte " + std::to_string(ptr.offset);
+    if (!members.emplace(ptr.offset, ptr.buffer).second) return "member at byte " + std::to_string(ptr.offset) + " bound twice";
+    if (ptr.buffer < 0 || std::size_t(ptr.buffer) >= buffers.size()) return "buffer " + std::to_string(ptr.buffer);
+    ++uses[std::size_t(ptr.buffer)];
+  }
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (uses[i] != 1) return "buffer " + buffers[i].name + " bound " + std::to_string(uses[i]) + " times";
+  return "";
 }
 
 /// Inputs filled as the runner fills them (uniform in [lo, hi], rounded to the dtype), and zeroed outputs

@@ -1,0 +1,77 @@
+// kernel_templates/attn_params.cuh: the parameter structs of the attention operations, one per operation
+// (the forward; the backward's stages share one, as they share their tensors), plain C++ that both the
+// kernels (NVRTC) and the host (harness/kernels) compile. A kernel takes its struct by value as
+// `const __grid_constant__ FtAttnFwdParams<T> p` and nothing else; the host fills FtAttnFwdParams<void>
+// (same layout: every member is a pointer or a number) and binds the pointers to its device buffers.
+// Also here: the shared-memory sizes of the kernels, one formula that the host's launch and can_run and
+// the kernel's own layout (a static_assert) both use, so the two cannot drift.
+//
+// Layout (DESIGN.md "Attention conventions"): Q, O, dO, dQ (batch, heads_q, seq_q, head_dim) and K, V, dK,
+// dV (batch, heads_kv, seq_k, head_dim), head_dim contiguous, strides per batch / head / row [elements];
+// LSE, D (batch, heads_q, seq_q) contiguous fp32, LSE in natural log; sinks, dsinks (heads_q) fp32.
+#pragma once
+
+#ifdef __CUDACC__
+#define FT_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FT_HOST_DEVICE inline
+#endif
+
+// Attention forward: O, LSE from Q, K, V (and the learned sink logits).
+template <typename T>
+struct FtAttnFwdParams {
+  const T* q;
+  const T* k;
+  const T* v;
+  const float* sinks;  // learned sink logits s_h; read only by kernels built with learned sinks
+  T* o;
+  float* lse;
+  long long q_sb, q_sh, q_ss;  // [elements] Q strides per batch, head, row
+  long long k_sb, k_sh, k_ss;  // [elements] K
+  long long v_sb, v_sh, v_ss;  // [elements] V
+  long long o_sb, o_sh, o_ss;  // [elements] O
+  int heads_q, heads_kv, seq_q, seq_k;
+  int window;          // keys a query sees back from the causal edge (kernels built with kWindow)
+  int sink_tokens;     // leading keys every query sees under a window
+  float scale_log2;    // softmax scale * log2(e)
+};
+
+// Attention backward, every stage (preprocess D = rowsum(dO * O), dK / dV, dQ, dQ with D inline, the fused
+// pass, the learned-sink gradient); each reads the members its stage needs. Q, O, dO and dQ share the q_
+// strides, K, V, dK and dV the k_ strides.
+template <typename T>
+struct FtAttnBwdParams {
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* o;
+  const T* dout;
+  const float* lse;
+  float* delta;        // D: read by dkdv, dq, fused and dsink; written by preprocess and dq_delta
+  const float* sinks;  // dsink only
+  T* dq;
+  T* dk;
+  T* dv;
+  float* dsinks;       // dsink only
+  float* ws;           // dkdv: the sink-token split's partials; fused: the fp32 dQ accumulator
+  long long q_sb, q_sh, q_ss;  // [elements] Q, O, dO, dQ strides per batch, head, row
+  long long k_sb, k_sh, k_ss;  // [elements] K, V, dK, dV
+  int batch, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens;
+  int sink_split;  // dkdv: blocks per sink-token key tile (1: no split)
+  int reduce;      // dkdv: 0 = the main pass, 1 = add the split partials into dK, dV
+  int convert;     // fused: 0 = the main pass, 1 = convert the fp32 dQ accumulator to dQ
+  float scale;     // softmax scale
+};
+
+#ifndef __CUDACC_RTC__
+static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: no padding");
+static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: padded to 8");
+#endif
+
+// Dynamic shared memory of the fp16 / bf16 forward kernels [bytes]: the Q tile, then kStages (K tile, V tile)
+// pairs, all rows x head_dim 2-byte elements; the wgmma kernel adds 1 KiB to align its tiles to the
+// 1024-byte swizzle atoms it reads.
+FT_HOST_DEVICE constexpr long long ft_attn_fwd_smem_bytes(int head_dim, int block_m, int block_n, int stages,
+                                                          bool wgmma) {
+  return (static_cast<long long>(block_m) + 2LL * stages * block_n) * head_dim * 2 + (wgmma ? 1024 : 0);
+}
