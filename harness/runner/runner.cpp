@@ -355,13 +355,23 @@ class ExperimentRun {
       }
       ++n, ++m_summary.proposed;
       const std::string progress = "[" + std::to_string(n) + "/" + std::to_string(total) + "] ";
-      if (auto prior = m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(),
-                                                  config->key(), source_hash, m_summary.device_key)) {
+      // Claimed before it runs (db::Store::claim_trial): another process running the same experiment into
+      // this database skips what this one took, and the reverse, so no trial is run and recorded twice.
+      const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
+                                                                 config->key(), source_hash, m_summary.device_key});
+      if (claim.outcome == db::Claim::Outcome::recorded) {
+        const auto& prior = *claim.recorded;
         ++m_summary.resumed;
-        std::string what(core::to_string(prior->status));
-        if (prior->timing) what += ", " + fmt(prior->timing->median_ms * 1000, 2) + " us";
+        std::string what(core::to_string(prior.status));
+        if (prior.timing) what += ", " + fmt(prior.timing->median_ms * 1000, 2) + " us";
         say(progress + config->key() + ": already recorded (" + what + "), skipped");
-        strategy->observe(*config, *prior);  // a learning strategy learns the recorded time too
+        strategy->observe(*config, prior);  // a learning strategy learns the recorded time too
+        continue;
+      }
+      if (claim.outcome == db::Claim::Outcome::taken) {
+        ++m_summary.claimed_elsewhere;
+        say(progress + config->key() + ": claimed by " + claim.holder + ", which is running it; skipped");
+        strategy->observe(*config, core::TrialResult{});  // visited: ok without a time teaches nothing
         continue;
       }
       if (m_gpu && !data_ready) {

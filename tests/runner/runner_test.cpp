@@ -4,8 +4,10 @@
 #include "harness/runner/runner.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -95,3 +97,45 @@ studies:
   EXPECT_FALSE(q.rows[0][0].empty());
 }
 
+
+// Issue 23: the same experiment run twice at once into one database recorded 22-25 of its 27 trials
+// twice. Each trial is claimed before it runs; the second process skips what the first holds.
+TEST(Runner, TwoProcessesRunningOneExperimentIntoOneDatabaseRecordEachTrialOnce) {
+  TempDir dir;
+  const auto exp = experiment::parse_experiment(kSmall, "small.yaml");
+  auto opts = quiet_options(dir.path / "t.sqlite", true);
+  opts.prefetch_threads = -1;  // one config at a time, so the two runs interleave config by config
+  { db::Store create(opts.db_path); }
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(go[1]);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(5);  // start together with the parent
+    try {
+      const auto s = runner::run_experiment(exp, opts);
+      _exit(s.proposed == 4 ? 0 : 6);
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  close(go[0]);
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  close(go[1]);
+  const auto mine = runner::run_experiment(exp, opts);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  db::Store store(opts.db_path);
+  EXPECT_EQ(count(store, "1"), 4);
+  EXPECT_EQ(store.sql("SELECT count(*) FROM (SELECT 1 FROM trials GROUP BY problem_id, config_id HAVING count(*) > 1)")
+                .rows.at(0).at(0),
+            "0");
+  EXPECT_EQ(mine.proposed, 4);
+  std::int64_t recorded = 0;
+  for (const auto& [status_name, n] : mine.by_status) recorded += n;
+  EXPECT_EQ(recorded + mine.resumed + mine.claimed_elsewhere, 4);
+  EXPECT_EQ(count(store, "run_id = " + std::to_string(mine.run_id)), recorded);
+}
