@@ -272,6 +272,12 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::cout << "; shard " << ro.shard.text() << " (" << ro.shard.source << "), " << s.other_shards
               << " configs left to the other shards";
   if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
+  if (s.cannot_run) {
+    std::cout << "; " << s.cannot_run << " cannot run on the device, not proposed (";
+    std::string sep;
+    for (const auto& [kind, n] : s.cannot_run_by_reason) std::cout << sep << n << " x " << kind, sep = ", ";
+    std::cout << ")";
+  }
   std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
   if (!s.best.empty()) {
     Table t{{"family", "stage", "problem", "best config", "median_us", "GB/s", "of_copy", "TFLOP/s", "max_abs_err"}, {}};

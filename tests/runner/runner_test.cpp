@@ -139,3 +139,46 @@ TEST(Runner, TwoProcessesRunningOneExperimentIntoOneDatabaseRecordEachTrialOnce)
   EXPECT_EQ(recorded + mine.resumed + mine.claimed_elsewhere, 4);
   EXPECT_EQ(count(store, "run_id = " + std::to_string(mine.run_id)), recorded);
 }
+
+// Issue 23: strategies proposed configs that cannot run on the device, and each one cost a trial of the
+// budget. Now they are split off with can_run first: recorded invalid_config once (query, export and grade
+// read them as before), never proposed, not counted in budget_trials, and the run says why, by reason.
+TEST(Runner, ConfigsThatCannotRunAreRecordedButNeverProposedNorCountedInTheBudget) {
+  TempDir dir;
+  const auto exp = experiment::parse_experiment(R"(
+name: runner_can_run
+studies:
+  - family: softmax
+    problems: [{rows: 8, cols: 64, dtype: f32}]
+    space: {block_threads: [2048, 64, 4096, 48, 128], rows_per_block: 1, vec: 1}
+    strategy: {name: random, budget_trials: 2, seed: 3}
+)", "can_run.yaml");
+  auto opts = quiet_options(dir.path / "t.sqlite", true);
+  std::vector<std::string> lines;
+  opts.print = [&](const std::string& l) { lines.push_back(l); };
+  const auto s = runner::run_experiment(exp, opts);
+  EXPECT_EQ(s.proposed, 2);  // the budget went to runnable configs only (64 and 128)
+  EXPECT_EQ(s.by_status.count("compiled") ? s.by_status.at("compiled") : 0, 2);
+  EXPECT_EQ(s.by_status.count("invalid_config") ? s.by_status.at("invalid_config") : 0, 3);
+  EXPECT_EQ(s.cannot_run, 3);
+  EXPECT_EQ(s.cannot_run_by_reason,
+            (std::map<std::string, std::int64_t>{{"block_threads # > device limit #", 2},
+                                                 {"block_threads # is not whole warps", 1}}));
+  const auto said = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("3 configs cannot run on compile-only:sm_90a, not proposed (3 recorded invalid_config now") !=
+           std::string::npos;
+  });
+  ASSERT_NE(said, lines.end());
+  EXPECT_NE(said->find("2 x block_threads # > device limit # (e.g. block_threads=2048,rows_per_block=1,vec=1: "
+                       "block_threads 2048 > device limit 1024); 1 x block_threads # is not whole warps"),
+            std::string::npos)
+      << *said;
+  db::Store store(opts.db_path);
+  EXPECT_EQ(count(store, "status = 'invalid_config' AND reason <> ''"), 3);
+  EXPECT_EQ(count(store, "status = 'compiled'"), 2);
+  // A rerun records nothing again: the invalid configs are known, the budget's two are resumed.
+  const auto again = runner::run_experiment(exp, opts);
+  EXPECT_EQ(again.resumed, 2);
+  EXPECT_TRUE(again.by_status.empty());
+  EXPECT_EQ(count(store, "1"), 5);
+}
