@@ -22,8 +22,9 @@ std::string boot_id() {
   return id;
 }
 
-// "BOOT_ID/TICKS" of a live process, or "" when there is no such process. The command name (field 2)
-// may hold spaces and parentheses, so fields are counted after its last ')'.
+// "BOOT_ID/TICKS" of a live process, or "" when there is no such process or it has ended and waits to be
+// reaped (state Z or X: a process killed with -9 whose parent has not waited for it yet). The command name
+// (field 2) may hold spaces and parentheses, so fields are counted after its last ')'.
 std::string start_of(std::int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
@@ -33,6 +34,7 @@ std::string start_of(std::int64_t pid) {
   std::istringstream rest(stat.substr(close + 1));
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return "";
     if (i == 22) return boot_id() + "/" + field;
   }
   return "";

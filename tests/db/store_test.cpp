@@ -939,9 +939,26 @@ TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
     EXPECT_EQ(cell(runs, 1, "status"), "interrupted");
     EXPECT_EQ(ro.sql("SELECT status FROM runs WHERE id = " + killed).rows.at(0).at(0), "running");  // not written
   }
+  // Killed and not yet waited for by its parent (a zombie, as when `flashtune run &` is killed): gone too.
+  const pid_t zombie = fork();
+  ASSERT_GE(zombie, 0);
+  if (zombie == 0) {
+    try {
+      Store store(db_path());
+      store.begin_run(run_info());
+    } catch (...) {
+      _exit(3);
+    }
+    raise(SIGKILL);
+    _exit(4);
+  }
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(zombie), &info, WEXITED | WNOWAIT), 0);  // dead, not reaped
+  EXPECT_EQ(cell(Store(db_path(), Store::Access::read_only).runs(), 2, "status"), "interrupted");
   Store rw(db_path());
+  ASSERT_EQ(waitpid(zombie, &status, 0), zombie);
   EXPECT_EQ(rw.sql("SELECT status FROM runs ORDER BY id").rows,
-            (std::vector<std::vector<std::string>>{{"running"}, {"interrupted"}}));
+            (std::vector<std::vector<std::string>>{{"running"}, {"interrupted"}, {"interrupted"}}));
   EXPECT_EQ(rw.sql("SELECT owner_pid FROM runs WHERE id = " + std::to_string(mine)).rows.at(0).at(0),
             std::to_string(::getpid()));
 }
