@@ -80,8 +80,10 @@ struct MergeCounts {
   std::int64_t compiles_added = 0;                  ///< compiles, by cache key
 };
 
-// The database at one path. Opening creates the parent folders and the file, switches to WAL, waits up
-// to kBusyTimeoutMs for other processes' locks, and migrates an older schema in one transaction.
+// The database at one path. Opening it read-write (Access) creates the parent folders and the file, checks
+// it (quick_check), switches to WAL, waits up to kBusyTimeoutMs for other processes' locks, migrates an
+// older schema in one transaction and marks interrupted the runs whose process is gone; read-only opens
+// write nothing. Two processes running one experiment into one file claim each trial (claim_trial).
 // Durability: WAL with synchronous=NORMAL. A commit is in the WAL file (the OS page cache) when the
 // call returns, so it survives the process being killed (SIGKILL, crash, OOM); only a power loss or OS
 // crash may lose the last few commits, never corrupt the file. Lost trials are simply re-run on resume.
