@@ -1,4 +1,4 @@
--- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 2), documented.
+-- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 4), documented.
 -- This file is documentation and a check: a database is built by applying db/migrations/NNN_*.sql in
 -- order (Store does this on open, in one transaction), and tests/db/store_test.cpp checks that the
 -- migrated tables, columns and indexes equal those made by running this file. Edit both together.
@@ -27,7 +27,11 @@ CREATE TABLE runs (
   started_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
   finished_at     TEXT,                  -- [UTC] NULL while running or when killed
   status          TEXT    NOT NULL DEFAULT 'running',  -- running | finished | failed | interrupted | crashed
-  uid             TEXT                   -- (v2) 32 hex digits, random, unique: identity across merges
+  uid             TEXT,                  -- (v2) 32 hex digits, random, unique: identity across merges
+  owner_host      TEXT,                  -- (v4) host of the process that wrote the run; NULL before v4
+  owner_pid       INTEGER,               -- (v4) its pid
+  owner_start     TEXT                   -- (v4) "BOOT_ID/TICKS": its boot and start time (a reused pid differs);
+                                         --      a 'running' run whose owner is gone on this host becomes 'interrupted'
 );
 CREATE UNIQUE INDEX runs_by_uid ON runs (uid);
 
@@ -114,3 +118,21 @@ CREATE TABLE trials (
 CREATE INDEX trials_by_run ON trials (run_id);
 CREATE INDEX trials_for_resume
   ON trials (experiment_name, stage, family, problem_id, config_id, source_hash, device_key);
+
+-- (v4) A trial taken by a run before it ran: at most one claim per resume key (the unique index), so two
+-- processes running the same experiment into one database never run and record one trial twice. A
+-- claim whose run is no longer running (finished, failed, interrupted, or its owner gone) is taken over.
+CREATE TABLE trial_claims (
+  id              INTEGER PRIMARY KEY,
+  run_id          INTEGER NOT NULL REFERENCES runs (id),  -- the run that claimed it
+  experiment_name TEXT    NOT NULL,      -- the resume key, as trials but with problem and config keys
+  stage           TEXT    NOT NULL,
+  family          TEXT    NOT NULL,
+  problem_key     TEXT    NOT NULL,      -- core::Problem::key()
+  config_key      TEXT    NOT NULL,      -- core::Config::key()
+  source_hash     TEXT    NOT NULL,
+  device_key      TEXT    NOT NULL,
+  claimed_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))  -- [UTC]
+);
+CREATE UNIQUE INDEX trial_claims_by_key
+  ON trial_claims (experiment_name, stage, family, problem_key, config_key, source_hash, device_key);

@@ -22,9 +22,15 @@
 
 namespace flashtune::db::detail {
 
-/// SQLite's message for the connection's last error, or the generic text of `rc` without one.
+/// " (database PATH)" for a connection to a file, "" otherwise: every error names the file it is about.
+inline std::string in_file(sqlite3* db) {
+  const char* f = db ? sqlite3_db_filename(db, "main") : nullptr;
+  return f && *f ? " (database " + std::string(f) + ")" : std::string();
+}
+
+/// SQLite's message for the connection's last error (or the generic text of `rc` without one), and the file.
 inline std::string errmsg(sqlite3* db, int rc) {
-  return db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  return (db ? std::string(sqlite3_errmsg(db)) : std::string(sqlite3_errstr(rc))) + in_file(db);
 }
 
 [[noreturn]] inline void throw_sql(sqlite3* db, int rc, std::string call,
@@ -100,7 +106,7 @@ inline void exec(sqlite3* db, std::string_view sql,
   char* err = nullptr;
   const int rc = sqlite3_exec(db, std::string(sql).c_str(), nullptr, nullptr, &err);
   if (rc != SQLITE_OK) {
-    std::string message = err ? err : sqlite3_errstr(rc);
+    std::string message = (err ? std::string(err) : std::string(sqlite3_errstr(rc))) + in_file(db);
     sqlite3_free(err);
     throw StoreError(rc, std::string(sql.substr(0, 200)), message, at.file_name(),
                      static_cast<int>(at.line()));

@@ -1,5 +1,6 @@
-// db/store.cpp: the Store over SQLite: open (WAL, busy timeout, migrations), record runs, compiles and
-// trials (one transaction each), the resume lookup and the CLI's queries. Schema: db/schema.sql.
+// db/store.cpp: the Store over SQLite: open (read-write: integrity check, WAL, busy timeout, migrations,
+// dead runs marked; read-only: nothing written), record runs, compiles and trials (one transaction each),
+// claims and the resume lookup, and the CLI's queries. Schema: db/schema.sql.
 #include "db/store.hpp"
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "db/embedded_sql.hpp"
+#include "db/owner.hpp"
 #include "db/sqlite_util.hpp"
 
 namespace flashtune::db {
@@ -111,6 +114,7 @@ StoreError::StoreError(int code, std::string call, const std::string& message, c
 
 struct Store::Impl {
   sqlite3* db = nullptr;
+  bool read_only = false;  // Access::read_only: query_only stays on (an in-memory migrated copy included)
   ~Impl() { sqlite3_close_v2(db); }  // never throws; finalizes nothing (Stmt finalizes its own)
 
   int user_version() const {
@@ -185,6 +189,21 @@ struct Store::Impl {
     return s.int64(0);
   }
 
+  // Marks `interrupted` every run of this host still recorded `running` whose owner process is gone.
+  void reap_dead_runs() {
+    std::vector<std::int64_t> dead;
+    {
+      Stmt s(db, "SELECT id, owner_host, owner_pid, owner_start FROM runs WHERE status = 'running' "
+                 "AND owner_pid IS NOT NULL");
+      while (s.step())
+        if (liveness({s.text(1), s.int64(2), s.text(3)}) == Liveness::gone) dead.push_back(s.int64(0));
+    }
+    for (const auto id : dead)
+      Stmt(db, "UPDATE runs SET status = 'interrupted', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+               "WHERE id = ?1 AND status = 'running'")
+          .bind(1, id).run();
+  }
+
   void migrate(const std::filesystem::path& path) {
     const int latest = Store::latest_version();
     auto refuse_newer = [&](int v) {
@@ -205,13 +224,65 @@ struct Store::Impl {
   }
 };
 
-Store::Store(const std::filesystem::path& path) : m_path(path), m_impl(std::make_unique<Impl>()) {
+namespace {
+
+// `path` as an SQLite URI ("file:/a%3Fb.sqlite"), so that characters such as ? and # stay part of the name.
+std::string file_uri(const std::filesystem::path& path) {
+  std::string out = "file:";
+  for (const unsigned char c : std::filesystem::absolute(path).string()) {
+    if (c == '?' || c == '#' || c == '%' || c < 0x20) {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+// PRAGMA quick_check before anything is written: a partly corrupt file is refused with its name, instead
+// of a run row being inserted and the run failing on the first damaged page ("malformed").
+void check_integrity(sqlite3* db, const std::filesystem::path& path) {
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &raw, nullptr);
+  std::string verdict;
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_step(raw);
+    if (rc == SQLITE_ROW) {
+      const auto* t = sqlite3_column_text(raw, 0);
+      verdict = t ? reinterpret_cast<const char*>(t) : "";
+      rc = SQLITE_OK;
+    }
+  }
+  const std::string message = sqlite3_errmsg(db);
+  sqlite3_finalize(raw);
+  if ((rc & 0xff) == SQLITE_NOTADB) detail::throw_sql(db, rc, "PRAGMA quick_check(1)");  // names the file
+  const std::string advice = "; nothing was written to it (restore a copy, or salvage it with: sqlite3 " +
+                             path.string() + " .recover > salvaged.sql)";
+  if ((rc & 0xff) == SQLITE_CORRUPT)
+    throw core::Error(path.string() + ": database is corrupt (" + message + ")" + advice);
+  if (rc != SQLITE_OK && rc != SQLITE_DONE) detail::throw_sql(db, rc, "PRAGMA quick_check(1)");
+  if (verdict != "ok" && !verdict.empty())
+    throw core::Error(path.string() + ": database is corrupt (PRAGMA quick_check: " + verdict + ")" + advice);
+}
+
+}  // namespace
+
+Store::Store(const std::filesystem::path& path, Access access) : m_path(path), m_impl(std::make_unique<Impl>()) {
+  if (access == Access::read_only) {
+    m_impl->read_only = true;
+    open_read_only();
+    detail::exec(m_impl->db, "PRAGMA query_only = ON");
+    return;
+  }
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   sqlite3*& db = m_impl->db;
   FT_CHECK_SQL(db, sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                                    nullptr));
   FT_CHECK_SQL(db, sqlite3_extended_result_codes(db, 1));
   FT_CHECK_SQL(db, sqlite3_busy_timeout(db, kBusyTimeoutMs));
+  check_integrity(db, path);
   // Stays DELETE where WAL is impossible (NFS, :memory:). Two processes opening a new database at once
   // (`run --devices`' workers) can get SQLITE_BUSY here without the busy handler being consulted (SQLite
   // does not wait on some locks of the journal-mode switch), so the switch is retried within the timeout.
@@ -227,6 +298,59 @@ Store::Store(const std::filesystem::path& path) : m_path(path), m_impl(std::make
   detail::exec(db, "PRAGMA synchronous = NORMAL");
   detail::exec(db, "PRAGMA foreign_keys = ON");
   m_impl->migrate(path);
+  m_impl->reap_dead_runs();
+}
+
+void Store::open_read_only() {
+  const std::string name = m_path.string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(m_path, ec)) throw core::UserError(name + ": no such database file");
+  sqlite3*& db = m_impl->db;
+  // First as any reader; on a read-only mount a WAL database's -shm cannot be created, so the file is
+  // then read as immutable (nothing can change it there).
+  auto open = [&](const std::string& uri) {
+    sqlite3_close_v2(db);
+    db = nullptr;
+    FT_CHECK_SQL(db, sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr));
+    FT_CHECK_SQL(db, sqlite3_extended_result_codes(db, 1));
+    FT_CHECK_SQL(db, sqlite3_busy_timeout(db, kBusyTimeoutMs));
+    sqlite3_stmt* raw = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &raw, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(raw) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(db);
+    sqlite3_finalize(raw);
+    return rc;
+  };
+  int rc = open(file_uri(m_path) + "?mode=ro");
+  if ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)
+    rc = open(file_uri(m_path) + "?mode=ro&immutable=1");
+  if ((rc & 0xff) == SQLITE_NOTADB)
+    throw core::UserError(name + ": not an SQLite database (" + sqlite3_errmsg(db) + ")");
+  if (rc != SQLITE_OK) detail::throw_sql(db, rc, "open read-only: " + name);
+  const int version = m_impl->user_version();
+  if (version > latest_version())
+    throw core::UserError(name + ": database schema version " + std::to_string(version) +
+                          " is newer than this flashtune build knows (" + std::to_string(latest_version()) +
+                          "); use a newer flashtune");
+  if (version == latest_version()) return;
+  // An older schema: migrated in a private copy in memory, so the queries see today's columns.
+  sqlite3* mem = nullptr;
+  if (const int mrc = sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE, nullptr); mrc != SQLITE_OK) {
+    sqlite3_close_v2(mem);
+    detail::throw_sql(nullptr, mrc, "sqlite3_open_v2(:memory:)");
+  }
+  sqlite3_backup* b = sqlite3_backup_init(mem, "main", db, "main");
+  const int step = b ? sqlite3_backup_step(b, -1) : sqlite3_errcode(mem);
+  const int finish = b ? sqlite3_backup_finish(b) : SQLITE_OK;
+  if (step != SQLITE_DONE || finish != SQLITE_OK) {
+    const std::string message = sqlite3_errmsg(mem);
+    sqlite3_close_v2(mem);
+    throw StoreError(step != SQLITE_DONE ? step : finish, "sqlite3_backup into memory: " + name, message, __FILE__,
+                     __LINE__);
+  }
+  sqlite3_close_v2(db);
+  db = mem;
+  sqlite3_extended_result_codes(db, 1);
+  if (version >= 1) m_impl->migrate(m_path);
 }
 
 Store::~Store() = default;
@@ -238,17 +362,19 @@ std::string_view Store::schema_sql() { return embedded::kSchema; }
 int Store::version() const { return m_impl->user_version(); }
 
 std::int64_t Store::begin_run(const RunInfo& i) {
+  const ProcessOwner owner = this_process();
   Stmt(m_impl->db,
        "INSERT INTO runs (experiment_name, experiment_path, experiment_hash, command_line, host, "
        "gpu_name, gpu_arch, gpu_uuid, driver_version, cuda_version, nvrtc_version, project_commit, "
-       "device_key, compile_only, uid) "
+       "device_key, compile_only, uid, owner_host, owner_pid, owner_start) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-       "lower(hex(randomblob(16))))")
+       "lower(hex(randomblob(16))), ?15, ?16, ?17)")
       .bind(1, i.experiment_name).bind(2, i.experiment_path).bind(3, i.experiment_hash)
       .bind(4, i.command_line).bind(5, i.host).bind(6, i.gpu_name).bind(7, i.gpu_arch)
       .bind(8, i.gpu_uuid).bind(9, i.driver_version).bind(10, i.cuda_version)
       .bind(11, i.nvrtc_version).bind(12, i.project_commit).bind(13, i.device_key)
       .bind(14, i.compile_only)
+      .bind(15, owner.host).bind(16, owner.pid).bind(17, owner.start)
       .run();
   return sqlite3_last_insert_rowid(m_impl->db);
 }
@@ -325,6 +451,52 @@ std::int64_t Store::record_trial(const TrialRecord& t) {
   return id;
 }
 
+Claim Store::claim_trial(std::int64_t run_id, const ResumeKey& k) {
+  sqlite3* db = m_impl->db;
+  Transaction tx(db);  // the write lock: checking trials and claims and claiming are one step
+  Claim out;
+  out.recorded = find_trial_result(k.experiment_name, k.stage, k.family, k.problem_key, k.config_key, k.source_hash,
+                                   k.device_key);
+  if (out.recorded) {
+    out.outcome = Claim::Outcome::recorded;
+    tx.commit();
+    return out;
+  }
+  auto where = [](const std::string& t) {
+    return t + "experiment_name = ?1 AND " + t + "stage = ?2 AND " + t + "family = ?3 AND " + t +
+           "problem_key = ?4 AND " + t + "config_key = ?5 AND " + t + "source_hash = ?6 AND " + t + "device_key = ?7";
+  };
+  auto bind_key = [&](Stmt& s) -> Stmt& {
+    return s.bind(1, k.experiment_name).bind(2, k.stage).bind(3, k.family).bind(4, k.problem_key)
+        .bind(5, k.config_key).bind(6, k.source_hash).bind(7, k.device_key);
+  };
+  Stmt held(db, std::string("SELECT c.run_id, r.status, r.owner_host, r.owner_pid, r.owner_start, r.host "
+                            "FROM trial_claims c LEFT JOIN runs r ON r.id = c.run_id WHERE ") + where("c."));
+  if (bind_key(held).step()) {
+    const std::int64_t holder = held.int64(0);
+    const ProcessOwner owner{held.text(2), held.is_null(3) ? 0 : held.int64(3), held.text(4)};
+    if (holder != run_id && held.text(1) == "running" && liveness(owner) != Liveness::gone) {
+      out.outcome = Claim::Outcome::taken;
+      out.holder_run = holder;
+      out.holder = "run " + std::to_string(holder) +
+                   (owner.pid > 0 ? " (pid " + std::to_string(owner.pid) + " on " + owner.host + ")"
+                                  : " (on " + held.text(5) + ")");
+      tx.commit();
+      return out;
+    }
+    Stmt take(db, std::string("UPDATE trial_claims SET run_id = ?8, claimed_at = strftime('%Y-%m-%dT%H:%M:%fZ', "
+                              "'now') WHERE ") + where(""));
+    bind_key(take).bind(8, run_id).run();
+  } else {
+    Stmt claim(db, "INSERT INTO trial_claims (experiment_name, stage, family, problem_key, config_key, source_hash, "
+                   "device_key, run_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    bind_key(claim).bind(8, run_id).run();
+  }
+  tx.commit();
+  out.outcome = Claim::Outcome::claimed;
+  return out;
+}
+
 std::optional<core::TrialStatus> Store::find_trial(
     const std::string& experiment_name, const std::string& stage, const std::string& family,
     const std::string& problem_key, const std::string& config_key, const std::string& source_hash,
@@ -370,9 +542,21 @@ QueryResult Store::runs() const {
          "SELECT r.id, r.started_at AS started, r.experiment_name AS experiment, "
          "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END AS gpu, r.device_key, "
          "r.compile_only, r.status, count(t.id) AS trials, "
-         "coalesce(sum(t.status IN ('ok', 'compiled')), 0) AS ok "
+         "coalesce(sum(t.status IN ('ok', 'compiled')), 0) AS ok, "
+         "r.owner_host, coalesce(r.owner_pid, 0), r.owner_start "
          "FROM runs r LEFT JOIN trials t ON t.run_id = r.id GROUP BY r.id ORDER BY r.id");
-  return collect(s);
+  QueryResult q = collect(s);
+  // The owner's three columns are read for liveness and not shown: a run left `running` by a process
+  // that is gone (killed -9, its host rebooted) shows as interrupted even where the file is read-only.
+  constexpr std::size_t kStatus = 6, kOwner = 9;
+  q.columns.resize(kOwner);
+  for (auto& row : q.rows) {
+    if (row[kStatus] == "running" &&
+        liveness({row[kOwner], std::stoll(row[kOwner + 1]), row[kOwner + 2]}) == Liveness::gone)
+      row[kStatus] = "interrupted";
+    row.resize(kOwner);
+  }
+  return q;
 }
 
 QueryResult Store::trials(std::int64_t run_id) const {
@@ -469,8 +653,11 @@ QueryResult Store::sql(const std::string& select) const {
   detail::exec(db, "PRAGMA query_only = ON");
   struct QueryOnly {
     sqlite3* db;
-    ~QueryOnly() { sqlite3_exec(db, "PRAGMA query_only = OFF", nullptr, nullptr, nullptr); }
-  } query_only{db};
+    bool keep;
+    ~QueryOnly() {
+      if (!keep) sqlite3_exec(db, "PRAGMA query_only = OFF", nullptr, nullptr, nullptr);
+    }
+  } query_only{db, m_impl->read_only};
   QueryResult out;
   const int n = sqlite3_column_count(raw);
   for (int i = 0; i < n; ++i) out.columns.emplace_back(sqlite3_column_name(raw, i));
@@ -515,17 +702,26 @@ struct ReadOnly {
 
 }  // namespace
 
-void Store::check_merge_source(const std::filesystem::path& source) const {
+void Store::check_merge_source(const std::filesystem::path& source, const std::filesystem::path& output) {
   namespace fs = std::filesystem;
   const std::string name = source.string();
   std::error_code ec;
   if (!fs::exists(source, ec)) throw core::UserError(name + ": no such file");
   if (!fs::is_regular_file(source, ec)) throw core::UserError(name + ": not a file");
-  if (fs::equivalent(source, m_path, ec)) throw core::UserError(name + ": is the output database itself");
+  if (fs::equivalent(source, output, ec)) throw core::UserError(name + ": is the output database itself");
+  // Opened as Store(read_only) does: a WAL file on a read-only mount is read as immutable.
   ReadOnly ro;
-  if (sqlite3_open_v2(source.c_str(), &ro.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
-    throw core::UserError(name + ": cannot open: " + (ro.db ? sqlite3_errmsg(ro.db) : "out of memory"));
-  sqlite3_busy_timeout(ro.db, kBusyTimeoutMs);
+  auto open = [&](const std::string& uri) {
+    sqlite3_close_v2(ro.db);
+    ro.db = nullptr;
+    if (sqlite3_open_v2(uri.c_str(), &ro.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK)
+      throw core::UserError(name + ": cannot open: " + (ro.db ? sqlite3_errmsg(ro.db) : "out of memory"));
+    sqlite3_busy_timeout(ro.db, kBusyTimeoutMs);
+    const int rc = sqlite3_exec(ro.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+    return rc & 0xff;
+  };
+  if (const int rc = open(file_uri(source) + "?mode=ro"); rc == SQLITE_CANTOPEN || rc == SQLITE_READONLY)
+    open(file_uri(source) + "?mode=ro&immutable=1");
   sqlite3_stmt* raw = nullptr;
   const int rc = sqlite3_prepare_v2(ro.db,
                                     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -568,8 +764,18 @@ MergeCounts Store::merge_from(const std::filesystem::path& source) {
   } remove_snapshot{snap};
   {
     ReadOnly src, dst;  // (FT_CHECK_SQL wants its connection named db)
-    if (const int rc = sqlite3_open_v2(source.c_str(), &src.db, SQLITE_OPEN_READONLY, nullptr); rc != SQLITE_OK)
-      detail::throw_sql(src.db, rc, "sqlite3_open_v2: " + name);
+    const bool readable = sqlite3_open_v2((file_uri(source) + "?mode=ro").c_str(), &src.db,
+                                          SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) == SQLITE_OK &&
+                          sqlite3_exec(src.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) ==
+                              SQLITE_OK;
+    if (!readable) {  // a WAL file on a read-only mount (check_merge_source read it the same way)
+      sqlite3_close_v2(src.db);
+      src.db = nullptr;
+      if (const int rc = sqlite3_open_v2((file_uri(source) + "?mode=ro&immutable=1").c_str(), &src.db,
+                                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+          rc != SQLITE_OK)
+        detail::throw_sql(src.db, rc, "sqlite3_open_v2: " + name);
+    }
     sqlite3_busy_timeout(src.db, kBusyTimeoutMs);
     if (const int rc = sqlite3_open_v2(snap.c_str(), &dst.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
         rc != SQLITE_OK)

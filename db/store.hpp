@@ -55,6 +55,24 @@ struct QueryResult {
   std::vector<std::vector<std::string>> rows;
 };
 
+// What identifies a trial for resuming and claiming: a rerun skips a key already recorded.
+struct ResumeKey {
+  std::string experiment_name, stage, family, problem_key, config_key, source_hash, device_key;
+};
+
+// The answer of Store::claim_trial.
+struct Claim {
+  enum class Outcome {
+    claimed,   ///< this run holds the key now: run the trial and record it
+    recorded,  ///< a trial of this key is recorded already (`recorded` is the latest): skip it
+    taken,     ///< another run that is still running holds it (`holder`): skip it
+  };
+  Outcome outcome = Outcome::claimed;
+  std::optional<core::TrialResult> recorded;
+  std::int64_t holder_run = 0;  ///< outcome taken: the run that holds the key
+  std::string holder;           ///< outcome taken: "run 5 (pid 1234 on node17)"
+};
+
 // What Store::merge_from added to the database, and what it found there already.
 struct MergeCounts {
   std::int64_t runs_added = 0, runs_known = 0;      ///< runs, by uid
@@ -62,8 +80,10 @@ struct MergeCounts {
   std::int64_t compiles_added = 0;                  ///< compiles, by cache key
 };
 
-// The database at one path. Opening creates the parent folders and the file, switches to WAL, waits up
-// to kBusyTimeoutMs for other processes' locks, and migrates an older schema in one transaction.
+// The database at one path. Opening it read-write (Access) creates the parent folders and the file, checks
+// it (quick_check), switches to WAL, waits up to kBusyTimeoutMs for other processes' locks, migrates an
+// older schema in one transaction and marks interrupted the runs whose process is gone; read-only opens
+// write nothing. Two processes running one experiment into one file claim each trial (claim_trial).
 // Durability: WAL with synchronous=NORMAL. A commit is in the WAL file (the OS page cache) when the
 // call returns, so it survives the process being killed (SIGKILL, crash, OOM); only a power loss or OS
 // crash may lose the last few commits, never corrupt the file. Lost trials are simply re-run on resume.
@@ -72,9 +92,20 @@ class Store {
  public:
   static constexpr int kBusyTimeoutMs = 30000;  ///< [ms] wait for another process's write lock
 
-  /// Opens or creates the database. Throws StoreError on SQLite failures and core::UserError when the
-  /// file's schema is newer than this build knows (latest_version()).
-  explicit Store(const std::filesystem::path& path);
+  enum class Access {
+    /// Creates the file if missing; checks it (PRAGMA quick_check) before anything is written, switches to
+    /// WAL, migrates an older schema, and marks `interrupted` the runs of this host whose process is gone.
+    read_write,
+    /// Never writes the file, its journal mode or its folder (a read-only mount, another user's file):
+    /// the file must exist; an older schema is migrated in a private in-memory copy; a WAL database whose
+    /// -shm cannot be created (a read-only mount) is read as immutable. Writing methods then fail.
+    read_only,
+  };
+
+  /// Opens the database. Throws StoreError on SQLite failures (the message names the file),
+  /// core::UserError when the file is not an SQLite database, is missing (read_only) or its schema is newer
+  /// than this build knows (latest_version()), and core::Error naming the file when it is corrupt.
+  explicit Store(const std::filesystem::path& path, Access access = Access::read_write);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -86,7 +117,8 @@ class Store {
   int version() const;                   ///< PRAGMA user_version of the open file
   const std::filesystem::path& path() const noexcept { return m_path; }
 
-  /// Inserts a run with status 'running' and started_at = now; returns its id.
+  /// Inserts a run with status 'running', started_at = now and this process as its owner (owner.hpp);
+  /// returns its id.
   std::int64_t begin_run(const RunInfo& info);
   /// Records the measured device-to-device copy bandwidth [GB/s] of the run's GPU.
   void set_copy_bandwidth(std::int64_t run_id, double gbps);
@@ -114,6 +146,13 @@ class Store {
                                                      const std::string& source_hash,
                                                      const std::string& device_key) const;
 
+  /// Takes `key` for run `run_id` before its trial runs, in one write transaction, so that of several
+  /// processes running the same experiment into this file exactly one runs each trial: recorded when a
+  /// trial of the key exists (its latest result returned), taken when another run still running holds a
+  /// claim on it (its owner alive, or on another host), else claimed (a claim of a run that ended, or whose
+  /// process is gone, is taken over).
+  Claim claim_trial(std::int64_t run_id, const ResumeKey& key);
+
   /// Status of the latest trial recorded for this resume key, or nullopt when none.
   std::optional<core::TrialStatus> find_trial(const std::string& experiment_name,
                                               const std::string& stage, const std::string& family,
@@ -133,10 +172,14 @@ class Store {
   /// Why `source` cannot be merged, as core::UserError naming the file: it is missing, not an SQLite
   /// database, not a flashtune database, of a newer schema than this build, or this very database.
   /// Opens it read-only.
-  void check_merge_source(const std::filesystem::path& source) const;
+  void check_merge_source(const std::filesystem::path& source) const { check_merge_source(source, m_path); }
+  /// The same for merging into `output`, which need not exist yet: check every input before creating it.
+  static void check_merge_source(const std::filesystem::path& source, const std::filesystem::path& output);
 
   // Queries for the CLI. Times [ms], rates and errors are text with 5 (errors 3) significant digits.
   /// id, started, experiment, gpu, device_key, compile_only, status, trials, ok (ok or compiled).
+  /// A run recorded `running` whose owner process is gone (owner.hpp) shows as `interrupted` (a
+  /// read-write open records that; a read-only one only shows it).
   QueryResult runs() const;
   /// The run's trials in order: id, family, stage, problem, config, status, reason, median_ms,
   /// iqr_ms, gbps, tflops, max_abs_err, registers, spill_bytes, shared_static_bytes, compile_ms.
@@ -158,6 +201,7 @@ class Store {
   QueryResult sql(const std::string& select) const;
 
  private:
+  void open_read_only();
   struct Impl;
   std::filesystem::path m_path;
   std::unique_ptr<Impl> m_impl;

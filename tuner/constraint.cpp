@@ -3,6 +3,7 @@
 
 #include <muParser.h>
 
+#include <cfenv>
 #include <cmath>
 #include <map>
 
@@ -10,12 +11,21 @@ namespace flashtune::tuner {
 
 namespace {
 
-double op_mod(double a, double b) { return std::fmod(a, b); }
+// Set by the operators below when their divisor is 0; cleared before each evaluation. The built-in '/'
+// is caught by the FE_DIVBYZERO / FE_INVALID flags instead (muparser's optimizer is off, so every
+// division runs at evaluation time rather than being folded into a constant at parse time).
+thread_local bool t_divided_by_zero = false;
+double divisor(double b) {
+  if (b == 0) t_divided_by_zero = true;
+  return b;
+}
+
+double op_mod(double a, double b) { return std::fmod(a, divisor(b)); }
 double op_not(double a) { return a == 0 ? 1.0 : 0.0; }
 double fn_floor(double a) { return std::floor(a); }
 double fn_ceil(double a) { return std::ceil(a); }
-double fn_idiv(double a, double b) { return std::floor(a / b); }
-double fn_cdiv(double a, double b) { return std::ceil(a / b); }
+double fn_idiv(double a, double b) { return std::floor(a / divisor(b)); }
+double fn_cdiv(double a, double b) { return std::ceil(a / divisor(b)); }
 double fn_is_pow2(double x) {
   if (!(x >= 1) || x != std::floor(x) || x > 9.007199254740992e15) return 0;
   const auto v = static_cast<std::uint64_t>(x);
@@ -49,6 +59,13 @@ ConstraintError::ConstraintError(std::string expression, std::string message, in
       m_message(std::move(message)),
       m_position(position) {}
 
+ConstraintEvalError::ConstraintEvalError(const std::string& expression, const core::Config& config,
+                                         const core::Problem& problem, const std::string& what)
+    : core::UserError("constraint '" + expression + "' " + what + " for config {" + config.key() + "} on problem {" +
+                      problem.key() + "}: guard the divisor with an earlier constraint (e.g. 'rows_per_block > 1' "
+                      "before 'x / (rows_per_block - 1) > 1') or with c ? a : b"),
+      m_expression(expression) {}
+
 // One parser per expression; every parser points into `values`, whose addresses never change.
 struct ConstraintSet::Impl {
   std::unique_ptr<double[]> values;
@@ -66,6 +83,7 @@ ConstraintSet::ConstraintSet(std::vector<std::string> expressions, std::vector<s
 
   for (const auto& expr : m_expressions) {
     auto p = std::make_unique<mu::Parser>();
+    p->EnableOptimizer(false);  // no constant folding: a division by zero must happen in violated()
     add_builtins(*p);
     for (std::size_t i = 0; i < m_variables.size(); ++i) {
       try {
@@ -122,12 +140,18 @@ std::optional<std::string> ConstraintSet::violated(const core::Config& config, c
       }
     }
     double v;
+    t_divided_by_zero = false;
+    std::feclearexcept(FE_DIVBYZERO | FE_INVALID);
     try {
       v = m_impl->parsers[e]->Eval();
     } catch (const mu::Parser::exception_type& ex) {
       throw core::Error("constraint '" + m_expressions[e] + "': " + ex.GetMsg());
     }
-    if (v == 0 || std::isnan(v)) return m_expressions[e];
+    const bool by_zero = t_divided_by_zero || std::fetestexcept(FE_DIVBYZERO);
+    if (by_zero || std::fetestexcept(FE_INVALID) || std::isnan(v))
+      throw ConstraintEvalError(m_expressions[e], config, problem,
+                                by_zero ? "divides by zero" : "has no value (0 / 0, or a root or log of a negative)");
+    if (v == 0) return m_expressions[e];
   }
   return std::nullopt;
 }

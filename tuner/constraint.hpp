@@ -26,8 +26,21 @@ class ConstraintError : public core::UserError {
   int m_position;
 };
 
+// A constraint whose value is undefined for one config and problem: it divides by zero ('/', '%', mod,
+// idiv, cdiv with a zero divisor) or is NaN. Silently counting that as "holds" (x / 0 = inf > 1) or
+// "violated" would prune the space for a reason nobody wrote, so it is a user error naming both.
+class ConstraintEvalError : public core::UserError {
+ public:
+  ConstraintEvalError(const std::string& expression, const core::Config& config, const core::Problem& problem,
+                      const std::string& what);
+  const std::string& expression() const { return m_expression; }
+
+ private:
+  std::string m_expression;
+};
+
 // A list of constraint expressions over a fixed set of variables. A constraint holds when its value
-// is nonzero (and not NaN). Values are doubles, so integers are exact up to 2^53.
+// is nonzero; dividing by zero or a NaN value is an error (ConstraintEvalError), never a verdict. Values are doubles, so integers are exact up to 2^53.
 //
 // Syntax (muparser 2.3 plus the additions marked *):
 //   numbers, variables, ( )
@@ -60,7 +73,9 @@ class ConstraintSet {
   /// The text of the first constraint (in construction order) that does not hold, or nullopt when all
   /// hold. Variables take the config's values, then the problem's dims, and `dtype_bytes` =
   /// core::dtype_size(problem.dtype). Throws core::Error when an expression uses a variable that
-  /// neither the config nor the problem provides.
+  /// neither the config nor the problem provides, and ConstraintEvalError when the first constraint
+  /// that decides divides by zero or is NaN (later constraints are not evaluated once one fails, so an
+  /// earlier one may guard a divisor: "rows_per_block > 1", then "x / (rows_per_block - 1) < 4").
   std::optional<std::string> violated(const core::Config& config, const core::Problem& problem) const;
   bool allows(const core::Config& config, const core::Problem& problem) const { return !violated(config, problem); }
 

@@ -266,10 +266,18 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
   std::cout << "\nrun " << s.run_id << " (" << exp.name << ") on " << s.device_key << ": " << s.proposed << " configs";
   for (const auto& [status, n] : s.by_status) std::cout << ", " << n << " " << status;
   if (s.resumed) std::cout << ", " << s.resumed << " already recorded";
+  if (s.claimed_elsewhere)
+    std::cout << ", " << s.claimed_elsewhere << " left to another run of the same experiment on this database";
   if (ro.shard.sharded())
     std::cout << "; shard " << ro.shard.text() << " (" << ro.shard.source << "), " << s.other_shards
               << " configs left to the other shards";
   if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
+  if (s.cannot_run) {
+    std::cout << "; " << s.cannot_run << " cannot run on the device, not proposed (";
+    std::string sep;
+    for (const auto& [kind, n] : s.cannot_run_by_reason) std::cout << sep << n << " x " << kind, sep = ", ";
+    std::cout << ")";
+  }
   std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
   if (!s.best.empty()) {
     Table t{{"family", "stage", "problem", "best config", "median_us", "GB/s", "of_copy", "TFLOP/s", "max_abs_err"}, {}};
@@ -283,7 +291,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     print_table(std::cout, t, Format::table);
   }
   if (!s.best.empty()) {  // a backward experiment: its end-to-end score over what this experiment recorded here
-    auto trials = load_trials(db::Store(db));
+    auto trials = load_trials(db::Store(db, db::Store::Access::read_only));
     std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != exp.name; });
     const Table e2e = backward_end_to_end(trials);
     if (!e2e.rows.empty()) {
@@ -388,6 +396,33 @@ std::map<std::string, std::string> strategies_of_run(const std::vector<TrialRow>
   return out;
 }
 
+// Why `query best` found nothing: best ranks only trials with status ok measured to the end on a GPU,
+// which a compile-only run (the quick start without a GPU) never records. One line naming the runs.
+std::string why_no_best(const db::Store& store, const std::string& family) {
+  const auto runs = store.runs();  // id, started, experiment, gpu, device_key, compile_only, status, trials, ok
+  if (runs.rows.empty()) return "no measured trials: the database holds no runs yet (flashtune run EXPERIMENT.yaml)";
+  std::string line = "no measured trials" + (family.empty() ? std::string() : " of family " + family) + ": ";
+  std::size_t shown = 0;
+  bool compile_only = false;
+  for (const auto& r : runs.rows) {
+    if (shown == 4) {
+      line += "; ... (" + std::to_string(runs.rows.size() - shown) + " more runs: flashtune query runs)";
+      break;
+    }
+    line += (shown++ ? "; " : "") + std::string("run ") + r[0] + " (" + r[2] + ")";
+    if (r[5] == "1") {
+      compile_only = true;
+      line += " was compile-only (" + r[7] + " trials, " + r[8] + " compiled, none timed)";
+    } else {
+      line += " has " + r[7] + " trials, none ok and measured to the end (flashtune query trials " + r[0] + ")";
+    }
+  }
+  if (compile_only)
+    line += ". query best ranks only trials timed on a GPU: run the experiment on a machine with one "
+            "(without --compile-only)";
+  return line;
+}
+
 int cmd_query(const std::vector<std::string>& args) {
   po::options_description opts("query options");
   std::string what, db, format, family;
@@ -426,11 +461,15 @@ int cmd_query(const std::vector<std::string>& args) {
     if (rest.size() != n) throw core::UserError("query " + what + " needs " + what_args);
   };
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
-  db::Store store(db);
+  db::Store store(db, db::Store::Access::read_only);
   if (what == "runs") print_table(std::cout, to_table(store.runs()), f);
   else if (what == "trials") {
     print_table(std::cout, to_table(store.trials(run_id_arg(what, arg))), f);
-  } else if (what == "best") print_table(std::cout, to_table(store.best(family)), f);
+  } else if (what == "best") {
+    const auto best = store.best(family);
+    print_table(std::cout, to_table(best), f);
+    if (best.rows.empty()) (f == Format::table ? std::cout : std::cerr) << why_no_best(store, family) << '\n';
+  }
   else if (what == "compare") {
     need(2, "two run ids: RUN_A RUN_B");
     const auto a = run_id_arg(what, rest[0]), b = run_id_arg(what, rest[1]);
@@ -492,7 +531,7 @@ int cmd_export(const std::vector<std::string>& args) {
     throw core::UserError("export --format must be json, csv, header, course-softmax-matmul or course-attention, not '" +
                           format + "'");
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
-  db::Store store(db);
+  db::Store store(db, db::Store::Access::read_only);
   const auto trials = load_trials(store, 0, course ? "" : family);
   const auto best = best_per_problem(trials);
   std::string text;
@@ -529,7 +568,7 @@ int cmd_grade(const std::vector<std::string>& args) {
              "Exit status 1 when a test case or gradient check failed, 0 otherwise (not-run cases do not fail).\n"))
     return 0;
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
-  db::Store store(db);
+  db::Store store(db, db::Store::Access::read_only);
   int failed = 0;
   std::cout << gstar_report(load_trials(store, run), &failed);
   return failed > 0 ? 1 : 0;  // like a test runner: a failed case fails the command
@@ -564,7 +603,7 @@ int cmd_report(const std::vector<std::string>& args) {
   const std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty()) throw core::UserError("report needs gnuplot on PATH (Debian: apt-get install gnuplot-nox; tools/install_deps.sh)");
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
-  db::Store store(db);
+  db::Store store(db, db::Store::Access::read_only);
   std::vector<TrialRow> trials;
   std::string title;
   std::size_t used = 0;
@@ -611,14 +650,24 @@ int cmd_db(const std::vector<std::string>& args) {
   if (what != "merge") throw core::UserError("unknown db command '" + what + "' (merge)");
   if (inputs.empty()) throw core::UserError("db merge needs at least one input database");
   if (out.empty()) throw core::UserError("db merge needs the output database: -o ALL.sqlite");
-  for (const auto& in : inputs)
-    if (!std::filesystem::exists(in)) throw core::UserError(in + ": no such file");
-  db::Store store(out);
-  for (const auto& in : inputs) store.check_merge_source(in);  // every input checked before any is merged
-  for (const auto& in : inputs) {
-    const auto n = store.merge_from(in);
-    std::cout << in << ": " << n.runs_added << " runs and " << n.trials_added << " trials added, " << n.compiles_added
-              << " compiles; " << n.runs_known << " runs and " << n.trials_known << " trials were there already\n";
+  // Every input is checked before the output is opened, so a refused merge leaves nothing behind (no
+  // empty output file) and an existing output untouched; an output this merge created is removed again
+  // if a merge into it fails (each input's merge is one transaction, so an existing one keeps its rows).
+  for (const auto& in : inputs) db::Store::check_merge_source(in, out);
+  std::error_code ec;
+  const bool created = !std::filesystem::exists(out, ec);
+  try {
+    db::Store store(out);
+    for (const auto& in : inputs) {
+      const auto n = store.merge_from(in);
+      std::cout << in << ": " << n.runs_added << " runs and " << n.trials_added << " trials added, "
+                << n.compiles_added << " compiles; " << n.runs_known << " runs and " << n.trials_known
+                << " trials were there already\n";
+    }
+  } catch (...) {
+    if (created)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(out + suffix, ec);
+    throw;
   }
   std::cout << "merged " << inputs.size() << " database(s) into " << out << '\n';
   return 0;

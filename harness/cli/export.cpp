@@ -18,7 +18,8 @@ namespace flashtune::cli {
 const char* const kLookupRule =
     "Take the entries of the same family, stage, gpu and dtype. An entry whose problem dims equal the query's "
     "wins. Otherwise the nearest wins: distance = sum over every dim named by the entry or the query of "
-    "|log2((a + 1) / (b + 1))|, a dim missing on one side counting as 0; ties go to the earlier entry. No entry "
+    "|s(a) - s(b)| with s(x) = sign(x) log2(|x| + 1) (for a, b >= 0: |log2((a + 1) / (b + 1))|; a signed dim such "
+    "as sink_bias may be negative), a dim missing on one side counting as 0; ties go to the earlier entry. No entry "
     "of that family, stage, gpu and dtype: no answer (tune it).";
 
 namespace {
@@ -178,7 +179,8 @@ std::string export_header(const std::vector<TrialRow>& best, const std::string& 
        "    for (std::size_t i = 0; i < n; ++i)\n"
        "      if (vs[i].name == name) { *found = true; return vs[i].value; }\n"
        "    *found = false;\n    return 0;\n  };\n"
-       "  auto term = [](std::int64_t a, std::int64_t b) { return std::fabs(std::log2((double(a) + 1) / (double(b) + 1))); };\n"
+       "  auto s = [](std::int64_t x) { return std::copysign(std::log2(std::fabs(double(x)) + 1), double(x)); };\n"
+       "  auto term = [&s](std::int64_t a, std::int64_t b) { return std::fabs(s(a) - s(b)); };\n"
        "  double d = 0;\n  bool found = false;\n"
        "  for (std::size_t i = 0; i < e.num_dims; ++i) d += term(e.problem[i].value, find(dims, num_dims, e.problem[i].name, &found));\n"
        "  for (std::size_t i = 0; i < num_dims; ++i) {\n"

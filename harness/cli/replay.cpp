@@ -68,7 +68,7 @@ core::Config parse_config_key(const std::string& key) {
 // trial. `where` selects the trials (an SQL condition on trials t).
 std::vector<tuner::Surface> load_surfaces(const std::string& db_path, const std::string& where, const std::string& what) {
   if (!std::filesystem::exists(db_path)) throw core::UserError("database " + db_path + " does not exist");
-  db::Store store(db_path);
+  db::Store store(db_path, db::Store::Access::read_only);
   const auto q = store.sql(
       "SELECT t.family, t.stage, p.key, t.device_key, t.source_hash, c.key, t.status, "
       "CASE WHEN t.median_ms IS NULL THEN '' ELSE printf('%.17g', t.median_ms) END, "

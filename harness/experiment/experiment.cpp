@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -229,6 +230,20 @@ core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const
   return m;
 }
 
+Limits read_limits(const Ctx& ctx, const YAML::Node& node, const std::string& path) {
+  Limits l;
+  MapReader r(ctx, node, path, {"max_problems", "max_configs"});
+  if (const Entry* e = r.get("max_problems")) {
+    l.max_problems = to_int(ctx, e->value, e->path);
+    if (l.max_problems < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
+  }
+  if (const Entry* e = r.get("max_configs")) {
+    l.max_configs = to_int(ctx, e->value, e->path);
+    if (l.max_configs < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
+  }
+  return l;
+}
+
 core::ValidateSettings read_validate(const Ctx& ctx, const YAML::Node& node, const std::string& path) {
   core::ValidateSettings v;
   MapReader r(ctx, node, path, {"enabled", "seed", "atol"});
@@ -308,8 +323,10 @@ std::string dtype_names(const std::vector<core::DType>& ds) {
 }
 
 // One entry of `problems`: a map whose list values expand as a cartesian product (last key fastest).
+// problems_so_far: problems of the file before this entry (Limits::max_problems counts them all).
 void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::string& path,
-                        const kernels::KernelFamily& fam, std::vector<core::Problem>& out) {
+                        const kernels::KernelFamily& fam, const Limits& limits, std::int64_t problems_so_far,
+                        std::vector<core::Problem>& out) {
   const auto dims = fam.problem_dims();
   const auto dtypes = fam.dtypes();
   const auto optional = fam.optional_problem_dims();
@@ -342,7 +359,14 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
       } else {
         const auto b = vn.IsScalar() ? parse_bool(vn.Scalar()) : std::nullopt;
         v = b ? std::int64_t(*b) : to_int(ctx, vn, vpath);
-        if (v < 0) ctx.fail(vn, vpath, "must be >= 0, got " + std::to_string(v));
+        // Required dims are sizes. An optional dim's range is the family's (check_problem, e.g. attention's
+        // sink_bias may be negative), except that a negative default stands for "derived from other dims"
+        // (heads_kv, seq_k), so a negative value there would silently become the default.
+        const bool required = std::find(dims.begin(), dims.end(), e.key) != dims.end();
+        const auto opt = std::find_if(optional.begin(), optional.end(), [&](const auto& o) { return o.name == e.key; });
+        if (required && v < 1) ctx.fail(vn, vpath, "must be >= 1 (a size), got " + std::to_string(v));
+        if (!required && opt != optional.end() && opt->fallback < 0 && v < 0)
+          ctx.fail(vn, vpath, "must be >= 0, got " + std::to_string(v) + " (leave it out for the default)");
       }
       if (!seen.insert(v).second) ctx.fail(vn, vpath, "value listed twice");
       a.values.push_back(v);
@@ -354,8 +378,24 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
     axes.push_back({"dtype", {static_cast<std::int64_t>(dtypes.front())}});
   }
 
+  // The product is counted before it is expanded: aliases can make a few lines name 1e10 problems.
+  std::int64_t count = 1;
+  for (const auto& a : axes)
+    if (__builtin_mul_overflow(count, std::int64_t(a.values.size()), &count)) count = std::numeric_limits<std::int64_t>::max();
+  std::int64_t total = 0;
+  if (__builtin_add_overflow(count, problems_so_far, &total)) total = std::numeric_limits<std::int64_t>::max();
+  if (total > limits.max_problems) {
+    const std::string n = count == std::numeric_limits<std::int64_t>::max() ? "more than 2^63" : std::to_string(count);
+    ctx.fail(node, path, "expands to " + n + " problems" +
+                             (problems_so_far ? " (" + std::to_string(problems_so_far) + " before it in the file)" : "") +
+                             ", more than limits.max_problems = " + std::to_string(limits.max_problems) +
+                             "; list fewer values, or raise limits.max_problems");
+  }
+
   tuner::SearchSpace product;
   for (const auto& a : axes) product.dims.emplace_back(a.key, a.values);
+  std::set<std::string> have;
+  for (const auto& p : out) have.insert(p.key());
   for (const core::Config& c : tuner::enumerate(product)) {
     core::Problem p;
     for (const auto& [k, v] : c.values) {
@@ -365,7 +405,7 @@ void read_problem_entry(const Ctx& ctx, const YAML::Node& node, const std::strin
     for (const auto& o : optional) p.dims.try_emplace(o.name, o.fallback);
     fam.complete_problem(p);
     if (auto why = fam.check_problem(p)) ctx.fail(node, path, "problem " + p.key() + ": " + *why);
-    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(std::move(p));
+    if (have.insert(p.key()).second) out.push_back(std::move(p));
   }
 }
 
@@ -394,7 +434,7 @@ tuner::SearchSpace read_space(const Ctx& ctx, const YAML::Node* node, const std:
 }
 
 Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path, const FamilyCatalog& catalog,
-                 const core::MeasureSettings& base_measure) {
+                 const core::MeasureSettings& base_measure, const Limits& limits, std::int64_t problems_so_far) {
   MapReader r(ctx, node, path, {"family", "stage", "problems", "space", "constraints", "strategy", "measure"});
   Study st;
   st.line = node.Mark().line + 1;
@@ -415,10 +455,23 @@ Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path
   if (!pe.value.IsSequence() || pe.value.size() == 0)
     ctx.fail(pe.value, pe.path, "expected a non-empty list of problem maps, got " + describe(pe.value));
   for (std::size_t i = 0; i < pe.value.size(); ++i)
-    read_problem_entry(ctx, pe.value[i], pe.path + "[" + std::to_string(i) + "]", fam, st.problems);
+    read_problem_entry(ctx, pe.value[i], pe.path + "[" + std::to_string(i) + "]", fam, limits,
+                       problems_so_far + std::int64_t(st.problems.size()), st.problems);
 
   const Entry* se = r.get("space");
   st.space = read_space(ctx, se ? &se->value : nullptr, se ? se->path : path + ".space", fam);
+  std::int64_t space_size = 0;
+  try {
+    space_size = st.space.size();
+  } catch (const core::Error&) {
+    space_size = std::numeric_limits<std::int64_t>::max();
+  }
+  if (space_size > limits.max_configs) {
+    const Entry& at = se ? *se : fe;
+    ctx.fail(at.key_node, at.path, "the space holds " + (space_size == std::numeric_limits<std::int64_t>::max() ? std::string("more than 2^63") : std::to_string(space_size)) +
+                                        " configs, more than limits.max_configs = " + std::to_string(limits.max_configs) +
+                                        "; list fewer values, or raise limits.max_configs");
+  }
 
   // Constraints: the family's (a family bug if they fail, still reported here), then the study's.
   const auto vars = constraint_variables(fam);
@@ -431,6 +484,7 @@ Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path
     st.constraints.push_back(c);
   }
   const Entry* ce = r.get("constraints");
+  std::map<std::string, std::pair<YAML::Node, std::string>> where_of;  // the study's constraints in the file
   if (ce) {
     std::vector<std::pair<YAML::Node, std::string>> items;
     if (ce->value.IsScalar()) items.emplace_back(ce->value, ce->path);
@@ -445,6 +499,7 @@ Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path
         ctx.fail(cn, cpath, e.what());
       }
       st.constraints.push_back(expr);
+      where_of.emplace(expr, std::make_pair(cn, cpath));
     }
   }
 
@@ -454,19 +509,32 @@ Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path
 
   // A study in which no problem has a single config that satisfies the constraints would do nothing:
   // a mistake in the file (single infeasible problems are fine: the runner records them). Skipped for
-  // very large spaces, where enumeration would be work in itself.
+  // very large spaces, where enumeration would be work in itself. Every (config, problem) pair is
+  // evaluated up to kMaxCheckedPairs, so a constraint that divides by zero for some config is refused
+  // here, at its line; past that the runner refuses it when it meets it.
   constexpr std::int64_t kMaxCheckedSpace = 1 << 16;
+  constexpr double kMaxCheckedPairs = 1 << 22;
   if (st.space.size() <= kMaxCheckedSpace) {
     const tuner::ConstraintSet cs(st.constraints, vars);
     const auto all = tuner::enumerate(st.space);
+    const bool every_pair = double(all.size()) * double(st.problems.size()) <= kMaxCheckedPairs;
     std::optional<std::string> example;
-    const bool any = std::any_of(st.problems.begin(), st.problems.end(), [&](const core::Problem& p) {
-      return std::any_of(all.begin(), all.end(), [&](const core::Config& c) {
-        auto why = cs.violated(c, p);
-        if (why && !example) example = *why;
-        return !why;
-      });
-    });
+    bool any = false;
+    try {
+      for (const auto& p : st.problems) {
+        for (const auto& c : all) {
+          auto why = cs.violated(c, p);
+          if (why && !example) example = *why;
+          any = any || !why;
+          if (any && !every_pair) break;
+        }
+        if (any && !every_pair) break;
+      }
+    } catch (const tuner::ConstraintEvalError& e) {
+      const auto w = where_of.find(e.expression());
+      if (w != where_of.end()) ctx.fail(w->second.first, w->second.second, e.what());
+      ctx.fail(fe.value, fe.path, "family '" + st.family + "': " + e.what());
+    }
     if (!any) {
       const Entry& at = ce ? *ce : se ? *se : fe;
       ctx.fail(at.key_node, at.path, "no config of the space (" + std::to_string(all.size()) +
@@ -521,7 +589,7 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& dis
     ctx.fail(e.mark, "", "malformed YAML: " + e.msg);
   }
 
-  const std::vector<std::string> top_keys{"name", "description", "arch", "measure", "validate", "studies"};
+  const std::vector<std::string> top_keys{"name", "description", "arch", "limits", "measure", "validate", "studies"};
   if (!root.IsMap())
     ctx.fail(root.IsNull() ? YAML::Mark() : root.Mark(), "",
              "expected a map with keys (" + join(top_keys) + "), got " + describe(root));
@@ -551,14 +619,19 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& dis
     }
   }
 
+  if (const Entry* e = r.get("limits")) ex.limits = read_limits(ctx, e->value, e->path);
   if (const Entry* e = r.get("measure")) ex.measure = read_measure(ctx, e->value, e->path, core::MeasureSettings{});
   if (const Entry* e = r.get("validate")) ex.validate = read_validate(ctx, e->value, e->path);
 
   const Entry& se = r.require("studies");
   if (!se.value.IsSequence() || se.value.size() == 0)
     ctx.fail(se.value, se.path, "expected a non-empty list of studies, got " + describe(se.value));
-  for (std::size_t i = 0; i < se.value.size(); ++i)
-    ex.studies.push_back(read_study(ctx, se.value[i], "studies[" + std::to_string(i) + "]", catalog, ex.measure));
+  std::int64_t problems = 0;
+  for (std::size_t i = 0; i < se.value.size(); ++i) {
+    ex.studies.push_back(read_study(ctx, se.value[i], "studies[" + std::to_string(i) + "]", catalog, ex.measure,
+                                    ex.limits, problems));
+    problems += std::int64_t(ex.studies.back().problems.size());
+  }
   return ex;
 }
 

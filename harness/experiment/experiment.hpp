@@ -16,6 +16,9 @@
 //     noise_target: 0.01             #   stop once stdev/mean < this (> 0)
 //     min_time_s: 0.02               #   [s] kernel time before the noise test applies (>= 0)
 //     max_time_s: 1.0                #   [s] wall time per trial (> 0, >= min_time_s)
+//   limits:                          # optional; what a file may expand to, checked before expanding
+//     max_problems: 100000           #   problems of all studies together (after list expansion, >= 1)
+//     max_configs: 1000000           #   configs of one study's space (the product of its lists, >= 1)
 //   validate:                        # optional
 //     enabled: true
 //     seed: 0                        #   0: a fresh seed per trial (recorded)
@@ -27,7 +30,9 @@
 //         - {rows: [1024, 16384], cols: 4096, dtype: [f32, bf16]}
 //                                    #   a list value expands as a cartesian product (here 4
 //                                    #   problems, last key fastest); true/false count as 1/0;
-//                                    #   dtype defaults to the family's first; duplicates dropped
+//                                    #   dtype defaults to the family's first; duplicates dropped;
+//                                    #   required dims are sizes (>= 1); optional dims take any
+//                                    #   integer the family's check_problem accepts (sink_bias < 0)
 //       space:                       #   optional map tunable -> value or list of values (> 0);
 //         block_threads: [128, 256]  #   tunables not named take the family's default values
 //         vec: 4                     #   a scalar fixes the tunable
@@ -67,8 +72,17 @@ struct Study {
   int line = 0;                                   ///< 1-based line of the study in the file
 };
 
+// How far a file may expand (the `limits:` key). A list value multiplies problems (or configs), and YAML
+// aliases let a short file name a product of 1e10; past these the loader refuses the file with the line
+// and the count, before expanding anything.
+struct Limits {
+  std::int64_t max_problems = 100000;  ///< problems of every study together
+  std::int64_t max_configs = 1000000;  ///< configs of one study's space (before constraints)
+};
+
 struct Experiment {
   std::string name, description, arch;
+  Limits limits;
   std::string path;       ///< as given to the loader (for messages)
   std::string text_hash;  ///< core::hash_hex of the file text
   core::MeasureSettings measure;

@@ -99,7 +99,7 @@ std::optional<std::string> AttentionFamily::check_problem(const core::Problem& p
   }
   for (const char* d : {"causal", "learned_sinks", "tf32"})
     if (p.get(d, 0) != 0 && p.get(d, 0) != 1) return std::string(d) + " must be 0 or 1";
-  for (const char* d : {"window", "sink_tokens", "sink_bias"})
+  for (const char* d : {"window", "sink_tokens"})  // sink_bias may be anything: negative learned sinks too
     if (p.get(d, 0) < 0) return std::string(d) + " must be >= 0";
   if (p.get("qk_range", 1) < 1) return "qk_range must be >= 1";
   if (p.get("tf32", 0) && p.dtype != core::DType::f32) return "tf32 applies to dtype f32 only";

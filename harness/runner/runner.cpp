@@ -35,6 +35,7 @@
 #include "harness/kernels/family.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/measure/watchdog.hpp"
+#include "harness/runner/runnable.hpp"
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
 #include "tuner/constraint.hpp"
@@ -309,6 +310,11 @@ class ExperimentRun {
         total += m_opts.shard.owns(first_unit + std::int64_t(j));
       }
     }
+    // Strategies see only the configs that can run on this device: budgets count runnable trials, and
+    // the others are recorded invalid_config with their reason here, once, by the shard that owns them.
+    const RunnableSplit split = split_runnable(family, configs, problem, m_limits);
+    record_unrunnable(study, problem, source_hash, split, unit_of, total);
+    configs = split.runnable;
     prefetch_compiles(study, problem, source, configs, unit_of);
     auto strategy = tuner::make_strategy(study.strategy, std::move(configs));
     const auto t0 = Clock::now();
@@ -332,13 +338,23 @@ class ExperimentRun {
       }
       ++n, ++m_summary.proposed;
       const std::string progress = "[" + std::to_string(n) + "/" + std::to_string(total) + "] ";
-      if (auto prior = m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(),
-                                                  config->key(), source_hash, m_summary.device_key)) {
+      // Claimed before it runs (db::Store::claim_trial): another process running the same experiment into
+      // this database skips what this one took, and the reverse, so no trial is run and recorded twice.
+      const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
+                                                                 config->key(), source_hash, m_summary.device_key});
+      if (claim.outcome == db::Claim::Outcome::recorded) {
+        const auto& prior = *claim.recorded;
         ++m_summary.resumed;
-        std::string what(core::to_string(prior->status));
-        if (prior->timing) what += ", " + fmt(prior->timing->median_ms * 1000, 2) + " us";
+        std::string what(core::to_string(prior.status));
+        if (prior.timing) what += ", " + fmt(prior.timing->median_ms * 1000, 2) + " us";
         say(progress + config->key() + ": already recorded (" + what + "), skipped");
-        strategy->observe(*config, *prior);  // a learning strategy learns the recorded time too
+        strategy->observe(*config, prior);  // a learning strategy learns the recorded time too
+        continue;
+      }
+      if (claim.outcome == db::Claim::Outcome::taken) {
+        ++m_summary.claimed_elsewhere;
+        say(progress + config->key() + ": claimed by " + claim.holder + ", which is running it; skipped");
+        strategy->observe(*config, core::TrialResult{});  // visited: ok without a time teaches nothing
         continue;
       }
       if (m_gpu && !data_ready) {
@@ -381,6 +397,45 @@ class ExperimentRun {
     if (best && m_gpu && !g_stop && !m_summary.poisoned && top.entries().size() > 1)
       run_finalists(study, problem, source, data, top.configs(), error_of, *best);
     if (best) m_summary.best.push_back(*best);
+  }
+
+  // The configs of `split` that cannot run: recorded invalid_config (unless recorded before, or claimed
+  // by another process), counted by kind of reason, and left out of `total` (the runnable ones to run).
+  void record_unrunnable(const experiment::Study& study, const core::Problem& problem, const std::string& source_hash,
+                         const RunnableSplit& split, const std::map<std::string, std::int64_t>& unit_of,
+                         std::size_t& total) {
+    const auto& family = *study.kernel;
+    RunnableSplit mine;  // this shard's
+    std::int64_t recorded = 0;
+    for (const auto& u : split.unrunnable) {
+      if (!unit_of.empty() && !m_opts.shard.owns(unit_of.at(u.config.key()))) continue;
+      mine.unrunnable.push_back(u);
+      const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
+                                                                 u.config.key(), source_hash, m_summary.device_key});
+      if (claim.outcome != db::Claim::Outcome::claimed) continue;
+      db::TrialRecord rec;
+      rec.run_id = m_summary.run_id;
+      rec.experiment_name = m_exp.name;
+      rec.family = family.name();
+      rec.stage = family.stage();
+      rec.problem = problem;
+      rec.config = u.config;
+      rec.source_hash = source_hash;
+      rec.device_key = m_summary.device_key;
+      rec.result.status = TrialStatus::invalid_config;
+      rec.result.reason = u.reason;
+      m_store->record_trial(rec);
+      ++recorded;
+      ++m_summary.by_status[std::string(core::to_string(TrialStatus::invalid_config))];
+    }
+    const auto n = std::int64_t(mine.unrunnable.size());
+    if (n == 0) return;
+    total -= std::min<std::size_t>(total, std::size_t(n));
+    m_summary.cannot_run += n;
+    for (const auto& [kind, k] : mine.by_reason()) m_summary.cannot_run_by_reason[kind] += k;
+    say("   " + std::to_string(n) + " configs cannot run on " + m_summary.device_key + ", not proposed (" +
+        std::to_string(recorded) + " recorded invalid_config now, " + std::to_string(n - recorded) +
+        " before or by another run): " + mine.summary());
   }
 
   // Finalists (tuner/finalists.hpp): the fastest few of the problem re-measured interleaved, round r

@@ -61,8 +61,13 @@ struct RunSummary {
   double copy_gbps = 0;          ///< [GB/s] measured device-to-device copy (0 in compile-only)
   std::int64_t proposed = 0;     ///< configs the strategies proposed
   std::int64_t resumed = 0;      ///< skipped: already recorded for the same kernel source and device
+  std::int64_t claimed_elsewhere = 0;  ///< skipped: another process running the same experiment into the db has it
   std::int64_t other_shards = 0; ///< configs proposed but left to other shards
   std::int64_t pruned_by_constraints = 0;
+  /// Configs that passed the constraints but cannot run on the device (KernelFamily::can_run): never
+  /// proposed to a strategy (budgets count runnable trials only), recorded invalid_config with the reason.
+  std::int64_t cannot_run = 0;
+  std::map<std::string, std::int64_t> cannot_run_by_reason;  ///< reason kind (digits as #) -> configs
   std::map<std::string, std::int64_t> by_status;  ///< status name -> trials recorded in this run
   std::vector<BestOfProblem> best;                ///< per (study, problem): this run's fastest passing config
   bool interrupted = false;

@@ -114,3 +114,103 @@ TEST(Cli, CompileOnlyRunThenQueryAndExport) {
   const auto unknown = flashtune("query frob --db " + db);
   EXPECT_EQ(unknown.status, 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 23: what a new user found on the CPU.
+
+namespace {
+
+// Two configs of one problem: a database in a second of compile-only work.
+const char* kTiny = "name: tiny\nstudies:\n  - family: weighted_row_sum\n    problems:\n"
+                    "      - {rows: 64, cols: 256, dtype: f32}\n"
+                    "    space: {block_threads: [128, 256], rows_per_block: 1, vec: 4}\n";
+
+std::string tiny_db(const Temp& t, const std::string& name) {
+  const fs::path yaml = t.dir / "tiny.yaml";
+  std::ofstream(yaml) << kTiny;
+  const std::string db = (t.dir / name).string();
+  const auto run = flashtune("run " + yaml.string() + " --compile-only --arch sm_80 --no-cache --db " + db);
+  EXPECT_EQ(run.status, 0) << run.out;
+  return db;
+}
+
+std::string bytes_of(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST(Cli, ExperimentThatExpandsToBillionsOfProblemsIsRefusedWithLineAndCount) {
+  Temp t;
+  const fs::path yaml = t.dir / "bomb.yaml";
+  std::string v;
+  for (int i = 1; i <= 30; ++i) v += (i > 1 ? ", " : "") + std::to_string(i);
+  std::ofstream(yaml) << "name: bomb\nstudies:\n  - family: attn_fwd\n    problems:\n"
+                         "      - {batch: &v [" << v << "], heads_q: *v, seq_q: *v, head_dim: 64, seq_k: *v, "
+                         "window: *v, sink_tokens: *v, qk_range: *v, dtype: bf16}\n";
+  const auto r = flashtune("run " + yaml.string() + " --compile-only --arch sm_80 --db " + (t.dir / "x.sqlite").string());
+  EXPECT_EQ(r.status, 2) << r.out;  // was: "error: std::bad_alloc" after growing to the memory limit
+  EXPECT_NE(r.out.find("bomb.yaml:5:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("expands to 21870000000 problems, more than limits.max_problems = 100000"), std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(t.dir / "x.sqlite"));
+}
+
+TEST(Cli, QueryBestAfterACompileOnlyRunSaysWhyItIsEmpty) {
+  Temp t;
+  const std::string db = tiny_db(t, "q.sqlite");
+  const auto best = flashtune("query best --db " + db);
+  EXPECT_EQ(best.status, 0) << best.out;
+  EXPECT_NE(best.out.find("(0 rows)"), std::string::npos) << best.out;
+  EXPECT_NE(best.out.find("no measured trials: run 1 (tiny) was compile-only (2 trials, 2 compiled, none timed)"),
+            std::string::npos)
+      << best.out;
+  const auto csv = ft_test::run_command(ft_test::flashtune_binary() + " query best --format csv --db " + db + " 2>/dev/null");
+  EXPECT_EQ(csv.out.find("no measured trials"), std::string::npos) << "the note goes to stderr with csv: " << csv.out;
+}
+
+TEST(Cli, RefusedMergeLeavesNoOutputBehindAndAnExistingOneUntouched) {
+  Temp t;
+  const fs::path notes = t.dir / "notes.txt", newer = t.dir / "newer.sqlite", out = t.dir / "all.sqlite";
+  std::ofstream(notes) << "not a database\n";
+  const std::string good = tiny_db(t, "good.sqlite");
+  fs::copy_file(good, newer);
+  ASSERT_EQ(ft_test::run_command("sqlite3 " + newer.string() + " 'PRAGMA user_version = 99'").status, 0);
+  for (const fs::path& bad : {notes, newer}) {
+    const auto r = flashtune("db merge " + good + " " + bad.string() + " -o " + out.string());
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find(bad.string() + ": "), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out)) << "a refused merge left " << out << " behind";
+  }
+  ASSERT_EQ(flashtune("db merge " + good + " -o " + out.string()).status, 0);
+  const std::string before = bytes_of(out);
+  EXPECT_EQ(flashtune("db merge " + notes.string() + " -o " + out.string()).status, 2);
+  EXPECT_EQ(bytes_of(out), before);
+}
+
+// A valid database on a read-only mount: query and export failed in "PRAGMA journal_mode = WAL", and
+// db merge from it said "not an SQLite database". Mounted read-only in a private mount namespace.
+TEST(Cli, DatabaseOnAReadOnlyMountCanBeQueriedExportedAndMerged) {
+  Temp t;
+  const fs::path ro = t.dir / "ro";
+  fs::create_directories(ro);
+  const std::string db = tiny_db(t, "ro/x.sqlite");
+  const std::string mount = "mount --bind " + ro.string() + " " + ro.string() + " && mount -o remount,bind,ro " +
+                            ro.string() + " && ";
+  if (ft_test::run_command("unshare -rm sh -c '" + mount + "true' 2>&1").status != 0)
+    GTEST_SKIP() << "no private mount namespace here (unshare -rm); nothing to mount read-only";
+  const std::string b = ft_test::flashtune_binary();
+  const auto r = ft_test::run_command(
+      "unshare -rm sh -c '" + mount + "touch " + ro.string() + "/w 2>/dev/null && echo WRITABLE; " + b +
+      " query runs --format csv --db " + db + " && " + b + " query best --db " + db + " && " + b +
+      " export --format json --db " + db + " && " + b + " db merge " + db + " -o " + (t.dir / "all.sqlite").string() +
+      "' 2>&1");
+  EXPECT_EQ(r.out.find("WRITABLE"), std::string::npos) << "the mount was writable";
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("journal_mode"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"generator\": \"flashtune\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 runs and 2 trials added"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(db + "-wal"));
+}

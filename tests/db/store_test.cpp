@@ -500,6 +500,7 @@ TEST_F(StoreTest, StoreErrorCarriesCodeCallAndLocation) {
     FAIL() << "opened a file that is not a database";
   } catch (const db::StoreError& e) {
     EXPECT_EQ(e.code() & 0xff, SQLITE_NOTADB) << e.what();
+    EXPECT_NE(std::string(e.what()).find((m_dir / "not_a_db").string()), std::string::npos) << "names the file: " << e.what();
     EXPECT_FALSE(e.call().empty());
     EXPECT_NE(e.file().find("store.cpp"), std::string::npos) << e.file();
     EXPECT_GT(e.line(), 0);
@@ -528,7 +529,10 @@ TEST_F(StoreTest, TrialSurvivesTheProcessBeingKilled) {
   EXPECT_EQ(store.find_trial("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
                              config(256).key(), "src1", "h100-sm_90a"),
             core::TrialStatus::ok);
-  EXPECT_EQ(cell(store.runs(), 0, "status"), "running");  // never finished
+  // Never finished, and its process is gone: marked interrupted (issue 23; it stayed 'running' forever).
+  EXPECT_EQ(cell(store.runs(), 0, "status"), "interrupted");
+  EXPECT_EQ(store.sql("SELECT status, finished_at IS NOT NULL FROM runs").rows.at(0),
+            (std::vector<std::string>{"interrupted", "1"}));
 }
 
 TEST_F(StoreTest, AllTrialsBeforeAKillMidRunArePresent) {
@@ -739,4 +743,222 @@ TEST_F(StoreTest, FindTrialResultGivesTheRecordedTimeBackForResume) {
   EXPECT_EQ(compiled->status, core::TrialStatus::compiled);
   EXPECT_FALSE(compiled->timing);
   EXPECT_EQ(compiled->reason, "because compiled");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 23: claims, read-only opens, corruption, runs whose process is gone.
+
+namespace {
+
+db::ResumeKey resume_key(const core::Config& c) {
+  return {"weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(), c.key(), "src1", "h100-sm_90a"};
+}
+
+// A database at schema version 3 (migrations 1-3) holding the same trial twice, as two processes running
+// one experiment at once recorded it before version 4.
+void write_version3_db_with_duplicates(Raw& raw) {
+  for (const char* m : {"001_initial.sql", "002_resume_and_early_stop.sql", "003_device_bytes.sql"})
+    raw.exec(read_text(std::filesystem::path(FT_SOURCE_DIR) / "db/migrations" / m));
+  raw.exec("PRAGMA user_version = 3");
+  raw.exec("INSERT INTO runs (experiment_name, device_key, uid) VALUES ('dup', 'a100', 'u1'), ('dup', 'a100', 'u2')");
+  raw.exec("INSERT INTO problems (family, key, json) VALUES ('softmax', 'rows=8,dtype=f32', '{}')");
+  raw.exec("INSERT INTO configs (family, key, hash, json) VALUES ('softmax', 'block=32', 'h', '{}')");
+  for (const char* run : {"1", "2"})
+    raw.exec(std::string("INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
+                         "source_hash, device_key, status, median_ms) VALUES (") +
+             run + ", 'dup', 'softmax', 'fwd', 1, 1, 's', 'a100', 'ok', 0.5)");
+}
+
+}  // namespace
+
+// Two writers of one experiment recorded 22-25 of 27 trials twice: each key is now claimed once.
+TEST_F(StoreTest, ClaimGivesEachResumeKeyToOneRunAndSaysWhoHasIt) {
+  Store a(db_path()), b(db_path());  // two connections, as two processes
+  const auto run_a = a.begin_run(run_info()), run_b = b.begin_run(run_info());
+  const auto key = resume_key(config(256));
+  EXPECT_EQ(a.claim_trial(run_a, key).outcome, db::Claim::Outcome::claimed);
+  const auto other = b.claim_trial(run_b, key);
+  EXPECT_EQ(other.outcome, db::Claim::Outcome::taken);
+  EXPECT_EQ(other.holder_run, run_a);
+  EXPECT_NE(other.holder.find("run " + std::to_string(run_a) + " (pid " + std::to_string(::getpid())), std::string::npos)
+      << other.holder;
+  EXPECT_EQ(a.claim_trial(run_a, key).outcome, db::Claim::Outcome::claimed);  // its own claim again
+  a.record_trial(trial(run_a, config(256), core::TrialStatus::ok, 1.0));
+  const auto done = b.claim_trial(run_b, key);
+  ASSERT_EQ(done.outcome, db::Claim::Outcome::recorded);
+  EXPECT_EQ(done.recorded->status, core::TrialStatus::ok);
+  // A claim of a run that ended (here: finished without recording it) is taken over.
+  const auto key2 = resume_key(config(512));
+  EXPECT_EQ(a.claim_trial(run_a, key2).outcome, db::Claim::Outcome::claimed);
+  a.finish_run(run_a, "interrupted");
+  EXPECT_EQ(b.claim_trial(run_b, key2).outcome, db::Claim::Outcome::claimed);
+  EXPECT_EQ(b.sql("SELECT count(*) FROM trial_claims").rows.at(0).at(0), "2");
+}
+
+TEST_F(StoreTest, ConcurrentWritersThatClaimFirstRecordEveryTrialOnce) {
+  { Store store(db_path()); }
+  constexpr int kKeys = 30, kProcesses = 3;
+  auto work = [&] {
+    Store store(db_path());
+    const auto run = store.begin_run(run_info());
+    for (int i = 0; i < kKeys; ++i)
+      if (store.claim_trial(run, resume_key(config(i + 1))).outcome == db::Claim::Outcome::claimed)
+        store.record_trial(trial(run, config(i + 1), core::TrialStatus::ok, 1.0));
+    store.finish_run(run, "finished");
+  };
+  std::vector<pid_t> children;
+  for (int p = 1; p < kProcesses; ++p) {
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      try {
+        work();
+      } catch (...) {
+        _exit(3);
+      }
+      _exit(0);
+    }
+    children.push_back(child);
+  }
+  work();
+  for (const pid_t c : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(c, &status, 0), c);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+  Store store(db_path());
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), std::to_string(kKeys));
+  EXPECT_EQ(store.sql("SELECT count(*) FROM (SELECT 1 FROM trials GROUP BY config_id HAVING count(*) > 1)")
+                .rows.at(0).at(0),
+            "0");
+}
+
+// Databases written before version 4 may hold a trial twice: they open, migrate and keep every row.
+TEST_F(StoreTest, Version3DatabaseWithDuplicateTrialsMigratesKeepingEveryRow) {
+  {
+    Raw raw(db_path());
+    write_version3_db_with_duplicates(raw);
+  }
+  Store store(db_path());
+  EXPECT_EQ(store.version(), 4);
+  EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), "2");
+  EXPECT_EQ(store.sql("SELECT count(*) FROM runs WHERE owner_pid IS NULL").rows.at(0).at(0), "2");
+  const auto key = db::ResumeKey{"dup", "fwd", "softmax", "rows=8,dtype=f32", "block=32", "s", "a100"};
+  EXPECT_EQ(store.claim_trial(store.begin_run(run_info()), key).outcome, db::Claim::Outcome::recorded);
+  // Pre-v4 runs have no owner: their liveness is unknown and they stay as recorded.
+  EXPECT_EQ(cell(store.runs(), 0, "status"), "running");
+}
+
+// A read-only open never writes: not the journal mode, not a migration, not a dead run's status.
+TEST_F(StoreTest, ReadOnlyOpenWritesNothingAndMigratesAnOlderSchemaInMemory) {
+  {
+    Raw raw(db_path());
+    write_version1_db(raw);
+  }
+  const std::string before = read_text(db_path());
+  {
+    Store ro(db_path(), Store::Access::read_only);
+    EXPECT_EQ(ro.version(), Store::latest_version());  // the private copy is migrated
+    EXPECT_EQ(ro.runs().rows.size(), 1u);
+    EXPECT_EQ(cell(ro.best(), 0, "median_ms"), "0.75");
+    EXPECT_THROW(ro.begin_run(run_info()), db::StoreError);
+  }
+  EXPECT_EQ(read_text(db_path()), before);
+  EXPECT_EQ(Raw(db_path()).query("PRAGMA journal_mode").at(0).at(0), "delete");
+  EXPECT_EQ(Raw(db_path()).query("PRAGMA user_version").at(0).at(0), "1");
+  EXPECT_FALSE(std::filesystem::exists(db_path().string() + "-wal"));
+  try {
+    Store missing(m_dir / "missing.sqlite", Store::Access::read_only);
+    ADD_FAILURE() << "opened a missing file";
+  } catch (const core::UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.sqlite: no such database file"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(m_dir / "missing.sqlite"));
+}
+
+// A partly corrupt file was not checked on open: `run` inserted a run row and then failed "malformed".
+TEST_F(StoreTest, CorruptDatabaseIsRefusedNamingTheFileBeforeAnythingIsWritten) {
+  {
+    Store store(db_path());
+    const auto run = store.begin_run(run_info());
+    for (int i = 0; i < 200; ++i) store.record_trial(trial(run, config(i + 1), core::TrialStatus::ok, 1.0));
+    store.finish_run(run, "finished");
+  }
+  std::string root_page;
+  {
+    Raw raw(db_path());
+    raw.exec("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode = DELETE");
+    root_page = raw.query("SELECT rootpage FROM sqlite_master WHERE name = 'trials'").at(0).at(0);
+  }
+  {  // damage the cell pointers of the trials table's root page
+    std::fstream f(db_path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((std::stoll(root_page) - 1) * 4096 + 12);
+    const std::string junk(64, '\xff');
+    f.write(junk.data(), std::streamsize(junk.size()));
+  }
+  const std::string before = read_text(db_path());
+  try {
+    Store store(db_path());
+    ADD_FAILURE() << "opened a corrupt database";
+  } catch (const core::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(db_path().string() + ": database is corrupt"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("nothing was written"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(read_text(db_path()), before);
+}
+
+// A run killed with -9 stayed `running` forever. A read-only open shows it interrupted; a read-write one
+// records it; a run whose process lives (this one) stays running.
+TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
+  std::int64_t mine = 0;
+  {
+    Store store(db_path());
+    mine = store.begin_run(run_info());
+  }
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      Store store(db_path());
+      store.begin_run(run_info());
+    } catch (...) {
+      _exit(3);
+    }
+    raise(SIGKILL);
+    _exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
+  const std::string killed = std::to_string(mine + 1);
+  {
+    Store ro(db_path(), Store::Access::read_only);
+    const auto runs = ro.runs();
+    EXPECT_EQ(cell(runs, 0, "status"), "running");
+    EXPECT_EQ(cell(runs, 1, "status"), "interrupted");
+    EXPECT_EQ(ro.sql("SELECT status FROM runs WHERE id = " + killed).rows.at(0).at(0), "running");  // not written
+  }
+  // Killed and not yet waited for by its parent (a zombie, as when `flashtune run &` is killed): gone too.
+  const pid_t zombie = fork();
+  ASSERT_GE(zombie, 0);
+  if (zombie == 0) {
+    try {
+      Store store(db_path());
+      store.begin_run(run_info());
+    } catch (...) {
+      _exit(3);
+    }
+    raise(SIGKILL);
+    _exit(4);
+  }
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, id_t(zombie), &info, WEXITED | WNOWAIT), 0);  // dead, not reaped
+  EXPECT_EQ(cell(Store(db_path(), Store::Access::read_only).runs(), 2, "status"), "interrupted");
+  Store rw(db_path());
+  ASSERT_EQ(waitpid(zombie, &status, 0), zombie);
+  EXPECT_EQ(rw.sql("SELECT status FROM runs ORDER BY id").rows,
+            (std::vector<std::vector<std::string>>{{"running"}, {"interrupted"}, {"interrupted"}}));
+  EXPECT_EQ(rw.sql("SELECT owner_pid FROM runs WHERE id = " + std::to_string(mine)).rows.at(0).at(0),
+            std::to_string(::getpid()));
 }

@@ -267,7 +267,11 @@ TEST(ExperimentErrors, ProblemDims) {
   expect_error(replace_line(kGood, 11, "      - {rows: 8}"), 11, "studies[0].problems[1].cols", "required key is missing");
   expect_error(replace_line(kGood, 11, "      - {rows: 8, cols: 64, heads: 2}"), 11, "studies[0].problems[1].heads",
                "allowed: rows, cols, dtype");
-  expect_error(replace_line(kGood, 11, "      - {rows: -8, cols: 64}"), 11, "studies[0].problems[1].rows", "must be >= 0");
+  // Required dims are sizes: 0 is refused as well as -8, and the message says so (issue 23).
+  expect_error(replace_line(kGood, 11, "      - {rows: -8, cols: 64}"), 11, "studies[0].problems[1].rows",
+               "must be >= 1 (a size), got -8");
+  expect_error(replace_line(kGood, 11, "      - {rows: 0, cols: 64}"), 11, "studies[0].problems[1].rows",
+               "must be >= 1 (a size), got 0");
   expect_error(replace_line(kGood, 11, "      - {rows: 8, cols: []}"), 11, "studies[0].problems[1].cols", "empty list");
 }
 
@@ -281,7 +285,26 @@ TEST(ExperimentErrors, Dtypes) {
 TEST(ExperimentErrors, FamilyCheckProblemFails) {
   expect_error(replace_line(kGood, 11, "      - {rows: 8, cols: [64, 66]}"), 11, "studies[0].problems[1]",
                "cols must be a multiple of 4");
-  expect_error(replace_line(kGood, 11, "      - {rows: 0, cols: 64}"), 11, "studies[0].problems[1]", "must be > 0");
+}
+
+// Issue 23: aliases multiplied problem lists into ~3e10 problems and the loader died in std::bad_alloc.
+// The product is counted before it is expanded and refused past limits.max_problems, with its line.
+TEST(ExperimentErrors, ProblemProductPastTheLimitIsRefusedBeforeExpanding) {
+  std::string values;
+  for (int v = 4; v <= 4 * 400; v += 4) values += (values.empty() ? "" : ", ") + std::to_string(v);
+  // 400 x 400 = 160000 problems > the default 100000.
+  expect_error(replace_line(kGood, 11, "      - {rows: &v [" + values + "], cols: *v}"), 11, "studies[0].problems[1]",
+               "expands to 160000 problems (4 before it in the file), more than limits.max_problems = 100000");
+  // The limit is settable, and counts every entry of every study.
+  const std::string limited = replace_line(kGood, 5, "limits: {max_problems: 5}\nvalidate: {enabled: true}");
+  expect_error(limited, 12, "studies[0].problems[1]", "expands to 2 problems (4 before it in the file)");
+  EXPECT_EQ(parse(replace_line(kGood, 5, "limits: {max_problems: 7}")).limits.max_problems, 7);
+  EXPECT_EQ(parse(replace_line(kGood, 5, "limits: {max_problems: 7}")).studies[0].problems.size(), 6u);
+  expect_error(replace_line(kGood, 5, "limits: {max_problems: 0}"), 5, "limits.max_problems", "must be >= 1");
+  expect_error(replace_line(kGood, 5, "limits: {max_problem: 9}"), 5, "limits.max_problem", "unknown key");
+  // A space is counted the same way.
+  expect_error(replace_line(kGood, 5, "limits: {max_configs: 5}"), 13, "studies[0].space",
+               "the space holds 6 configs, more than limits.max_configs = 5");
 }
 
 TEST(ExperimentErrors, TunableValues) {
@@ -348,6 +371,17 @@ TEST(ExperimentErrors, Constraints) {
                "studies[0].constraints[1]", "unknown variable 'warps'");
   expect_error(replace_line(kGood, 15, "    constraints: [\"block_threads > 10000\"]"), 15, "studies[0].constraints",
                "no config of the space");
+}
+
+// Issue 23: a constraint that divides by zero for some config is refused at its line, naming the config.
+TEST(ExperimentErrors, ConstraintThatDividesByZeroIsRefusedAtItsLine) {
+  expect_error(replace_line(kGood, 15, "    constraints:\n      - \"vec <= 4\"\n      - \"block_threads / (vec - 1) > 1\""),
+               17, "studies[0].constraints[1]",
+               "constraint 'block_threads / (vec - 1) > 1' divides by zero for config {block_threads=128,vec=1}");
+  expect_error(replace_line(kGood, 15, "    constraints: [\"block_threads / 0 > 1\"]"), 15, "studies[0].constraints[0]",
+               "divides by zero");
+  // Guarded by an earlier constraint, the same expression is fine.
+  EXPECT_NO_THROW(parse(replace_line(kGood, 15, "    constraints: [\"vec > 1\", \"block_threads / (vec - 1) > 1\"]")));
 }
 
 TEST(ExperimentErrors, ArchAndName) {

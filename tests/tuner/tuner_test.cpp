@@ -149,7 +149,36 @@ TEST(ConstraintSet, HelperFunctionsBehave) {
   EXPECT_FALSE(holds("divides(block, cols)", 96, 4096));
   EXPECT_TRUE(holds("!(block == 3) && min(block, cols) == 64 && max(block, cols, 7) == 100", 64, 100));
   EXPECT_FALSE(holds("block != 64 || cols < 0", 64, 100));
-  EXPECT_FALSE(holds("cols / 0 - cols / 0", 64, 100));  // NaN counts as violated
+}
+
+// Issue 23: a constraint that divides by zero was accepted (x / 0 = inf > 1) or pruned everything
+// (x / 0 < 1, x % 0 == 0 is NaN) without a word. Now it is an error naming the constraint and the config.
+TEST(ConstraintSet, DivisionByZeroIsAnErrorNamingConstraintAndConfig) {
+  const std::vector<std::string> vars{"block", "vec", "cols"};
+  auto error_of = [&](const std::string& expr, std::int64_t block, std::int64_t vec) -> std::string {
+    try {
+      ConstraintSet({expr}, vars).violated(cfg(block, vec), row_problem(1, 100));
+    } catch (const ft::tuner::ConstraintEvalError& e) {
+      EXPECT_EQ(e.expression(), expr);
+      return e.what();
+    }
+    return "";
+  };
+  for (const std::string expr : {"block / 0 > 1", "block / 0 < 1", "block % 0 == 0", "mod(block, 0) == 0",
+                                 "idiv(block, 0) > 1", "cdiv(block, 0) > 1", "block / (vec - 1) > 1"}) {
+    const std::string msg = error_of(expr, 64, 1);
+    EXPECT_NE(msg.find("constraint '" + expr + "' divides by zero"), std::string::npos) << expr << ": " << msg;
+    EXPECT_NE(msg.find("block=64,vec=1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cols=100,rows=1"), std::string::npos) << msg;
+  }
+  EXPECT_NE(error_of("cols / 0 - cols / 0", 64, 1).find("divides by zero"), std::string::npos);  // was: NaN, violated
+  EXPECT_NE(error_of("0 / (vec - 1) == 0", 64, 1).find("has no value"), std::string::npos);  // 0 / 0
+  // The same constraint is fine where its divisor is not zero, and an earlier constraint may guard it.
+  EXPECT_TRUE(ConstraintSet({"block / (vec - 1) > 1"}, vars).allows(cfg(64, 2), row_problem(1, 100)));
+  const ConstraintSet guarded({"vec > 1", "block / (vec - 1) > 1"}, vars);
+  EXPECT_EQ(guarded.violated(cfg(64, 1), row_problem(1, 100)).value(), "vec > 1");
+  EXPECT_TRUE(ConstraintSet({"vec > 1 ? block / (vec - 1) > 1 : 1"}, vars).allows(cfg(64, 1), row_problem(1, 100)));
+  EXPECT_THROW(ConstraintSet({"block / 0 > 1"}, vars).violated(cfg(64, 1), row_problem(1, 100)), ft::core::UserError);
 }
 
 TEST(ConstraintSet, DtypeBytesFollowsTheProblemDtype) {
