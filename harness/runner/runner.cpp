@@ -366,15 +366,7 @@ class ExperimentRun {
       // Early exit: with k = strategy.early_exit, a measurement stops once its median passes k x the best.
       m_early_exit.reset();
       if (study.strategy.early_exit > 1 && best) m_early_exit = measure::EarlyExit{best->median_ms, study.strategy.early_exit};
-      db::TrialRecord rec;
-      rec.run_id = m_summary.run_id;
-      rec.experiment_name = m_exp.name;
-      rec.family = family.name();
-      rec.stage = family.stage();
-      rec.problem = problem;
-      rec.config = *config;
-      rec.source_hash = source_hash;
-      rec.device_key = m_summary.device_key;
+      db::TrialRecord rec = trial_record(family, problem, *config, source_hash);
       rec.seed = data.seed;
       m_in_flight = rec;  // what the watchdog records should this trial never finish
       core::TrialResult result = run_trial(study, problem, *config, source, data);
@@ -399,6 +391,21 @@ class ExperimentRun {
     if (best) m_summary.best.push_back(*best);
   }
 
+  // A trial of this run: its keys filled in, its result empty.
+  db::TrialRecord trial_record(const kernels::KernelFamily& family, const core::Problem& problem, const core::Config& config,
+                               const std::string& source_hash) const {
+    db::TrialRecord rec;
+    rec.run_id = m_summary.run_id;
+    rec.experiment_name = m_exp.name;
+    rec.family = family.name();
+    rec.stage = family.stage();
+    rec.problem = problem;
+    rec.config = config;
+    rec.source_hash = source_hash;
+    rec.device_key = m_summary.device_key;
+    return rec;
+  }
+
   // The configs of `split` that cannot run: recorded invalid_config (unless recorded before, or claimed
   // by another process), counted by kind of reason, and left out of `total` (the runnable ones to run).
   void record_unrunnable(const experiment::Study& study, const core::Problem& problem, const std::string& source_hash,
@@ -413,15 +420,7 @@ class ExperimentRun {
       const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
                                                                  u.config.key(), source_hash, m_summary.device_key});
       if (claim.outcome != db::Claim::Outcome::claimed) continue;
-      db::TrialRecord rec;
-      rec.run_id = m_summary.run_id;
-      rec.experiment_name = m_exp.name;
-      rec.family = family.name();
-      rec.stage = family.stage();
-      rec.problem = problem;
-      rec.config = u.config;
-      rec.source_hash = source_hash;
-      rec.device_key = m_summary.device_key;
+      db::TrialRecord rec = trial_record(family, problem, u.config, source_hash);
       rec.result.status = TrialStatus::invalid_config;
       rec.result.reason = u.reason;
       m_store->record_trial(rec);
