@@ -916,18 +916,23 @@ TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
     Store store(db_path());
     mine = store.begin_run(run_info());
   }
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    try {
-      Store store(db_path());
-      store.begin_run(run_info());
-    } catch (...) {
-      _exit(3);
+  // A child process that begins a run and is killed (SIGKILL) before it ends it.
+  auto fork_killed_run = [&] {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      try {
+        Store store(db_path());
+        store.begin_run(run_info());
+      } catch (...) {
+        _exit(3);
+      }
+      raise(SIGKILL);
+      _exit(4);
     }
-    raise(SIGKILL);
-    _exit(4);
-  }
+    return pid;
+  };
+  const pid_t child = fork_killed_run();
+  ASSERT_GE(child, 0);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
@@ -940,18 +945,8 @@ TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
     EXPECT_EQ(ro.sql("SELECT status FROM runs WHERE id = " + killed).rows.at(0).at(0), "running");  // not written
   }
   // Killed and not yet waited for by its parent (a zombie, as when `flashtune run &` is killed): gone too.
-  const pid_t zombie = fork();
+  const pid_t zombie = fork_killed_run();
   ASSERT_GE(zombie, 0);
-  if (zombie == 0) {
-    try {
-      Store store(db_path());
-      store.begin_run(run_info());
-    } catch (...) {
-      _exit(3);
-    }
-    raise(SIGKILL);
-    _exit(4);
-  }
   siginfo_t info{};
   ASSERT_EQ(waitid(P_PID, id_t(zombie), &info, WEXITED | WNOWAIT), 0);  // dead, not reaped
   EXPECT_EQ(cell(Store(db_path(), Store::Access::read_only).runs(), 2, "status"), "interrupted");
