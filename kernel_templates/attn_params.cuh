@@ -3,19 +3,11 @@
 // kernels (NVRTC) and the host (harness/kernels) compile. A kernel takes its struct by value as
 // `const __grid_constant__ FtAttnFwdParams<T> p` and nothing else; the host fills FtAttnFwdParams<void>
 // (same layout: every member is a pointer or a number) and binds the pointers to its device buffers.
-// Also here: the shared-memory sizes of the kernels, one formula that the host's launch and can_run and
-// the kernel's own layout (a static_assert) both use, so the two cannot drift.
 //
 // Layout (DESIGN.md "Attention conventions"): Q, O, dO, dQ (batch, heads_q, seq_q, head_dim) and K, V, dK,
 // dV (batch, heads_kv, seq_k, head_dim), head_dim contiguous, strides per batch / head / row [elements];
 // LSE, D (batch, heads_q, seq_q) contiguous fp32, LSE in natural log; sinks, dsinks (heads_q) fp32.
 #pragma once
-
-#ifdef __CUDACC__
-#define FT_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FT_HOST_DEVICE inline
-#endif
 
 // Attention forward: O, LSE from Q, K, V (and the learned sink logits).
 template <typename T>
@@ -64,14 +56,7 @@ struct FtAttnBwdParams {
 };
 
 #ifndef __CUDACC_RTC__
-static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: no padding");
-static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: padded to 8");
+static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
 #endif
 
-// Dynamic shared memory of the fp16 / bf16 forward kernels [bytes]: the Q tile, then kStages (K tile, V tile)
-// pairs, all rows x head_dim 2-byte elements; the wgmma kernel adds 1 KiB to align its tiles to the
-// 1024-byte swizzle atoms it reads.
-FT_HOST_DEVICE constexpr long long ft_attn_fwd_smem_bytes(int head_dim, int block_m, int block_n, int stages,
-                                                          bool wgmma) {
-  return (static_cast<long long>(block_m) + 2LL * stages * block_n) * head_dim * 2 + (wgmma ? 1024 : 0);
-}
