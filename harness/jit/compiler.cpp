@@ -283,6 +283,11 @@ CompileOutput Compiler::compile(const CompileRequest& req) const {
   std::shared_ptr<std::promise<CompileOutput>> stolen;
   {
     std::lock_guard<std::mutex> lock(m_memo->mutex);
+    if (auto it = m_memo->prefetched.find(key); it != m_memo->prefetched.end()) {
+      CompileOutput out = std::move(it->second);
+      m_memo->prefetched.erase(it);
+      return out;
+    }
     if (const auto it = m_memo->entries.find(key); it != m_memo->entries.end()) {
       CompileOutput out = it->second;
       out.record.cache_hit = true;
@@ -300,17 +305,23 @@ CompileOutput Compiler::compile(const CompileRequest& req) const {
       }
     }
   }
-  if (pending.valid()) return pending.get();
+  if (pending.valid()) {  // the prefetch thread kept its output for its first taker: this call, or a later one
+    CompileOutput out = pending.get();
+    std::lock_guard<std::mutex> lock(m_memo->mutex);
+    if (!m_memo->prefetched.erase(key)) out.record.cache_hit = true, out.record.compile_ms = 0;
+    return out;
+  }
   if (!stolen) return compile_now(req, key, m_cache_dir, *m_memo);
   return compile_promised(req, key, m_cache_dir, *m_memo, *stolen);
 }
 
 CompileOutput Compiler::compile_promised(const CompileRequest& req, const std::string& key,
                                          const std::optional<fs::path>& cache_dir, Memo& memo,
-                                         std::promise<CompileOutput>& promise) {
+                                         std::promise<CompileOutput>& promise, bool keep_for_first_taker) {
   try {
     CompileOutput out = compile_now(req, key, cache_dir, memo);
     std::lock_guard<std::mutex> lock(memo.mutex);
+    if (keep_for_first_taker) memo.prefetched.emplace(key, out);
     promise.set_value(out);
     memo.in_flight.erase(key);
     return out;
@@ -379,7 +390,7 @@ void Compiler::prefetch_worker(Memo* memo, std::optional<fs::path> cache_dir) {
       m.queue.pop_front();
     }
     try {
-      compile_promised(req, key, cache_dir, m, *promise);
+      compile_promised(req, key, cache_dir, m, *promise, true);
     } catch (...) {  // handed to whoever waits on the promise
     }
   }

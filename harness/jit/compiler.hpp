@@ -89,9 +89,10 @@ class Compiler {
   static CompileOutput compile_now(const CompileRequest& req, const std::string& key,
                                    const std::optional<std::filesystem::path>& cache_dir, Memo& memo);
   // compile_now, whose result or exception also goes to `promise`; the key then leaves memo.in_flight.
+  // keep_for_first_taker (prefetch threads): the result also waits in memo.prefetched for compile().
   static CompileOutput compile_promised(const CompileRequest& req, const std::string& key,
                                         const std::optional<std::filesystem::path>& cache_dir, Memo& memo,
-                                        std::promise<CompileOutput>& promise);
+                                        std::promise<CompileOutput>& promise, bool keep_for_first_taker = false);
   static void prefetch_worker(Memo* memo, std::optional<std::filesystem::path> cache_dir);
 
   std::optional<std::filesystem::path> m_cache_dir;
@@ -102,6 +103,9 @@ class Compiler {
     std::map<std::string, CompileOutput> entries;  // by cache key (only without a disk cache)
     std::size_t bytes = 0;
     std::map<std::string, std::shared_future<CompileOutput>> in_flight;  // queued or compiling, by key
+    // Compiled by a prefetch thread and not yet asked for: the first compile() of the key gets it as it
+    // was made (cache_hit false, compile_ms the NVRTC time), so that the time is recorded once, not lost.
+    std::map<std::string, CompileOutput> prefetched;
     std::deque<std::pair<std::string, std::pair<CompileRequest, std::shared_ptr<std::promise<CompileOutput>>>>> queue;
     std::vector<std::thread> workers;
     unsigned busy_workers = 0;

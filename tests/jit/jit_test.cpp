@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
+#include <chrono>
 
 #include "harness/core/types.hpp"
 #include "harness/jit/compiler.hpp"
@@ -369,6 +371,35 @@ TEST(JitCompiler, PrefetchedRequestsCompileOnceAndGiveTheSameResult) {
       EXPECT_EQ(again.cubin, outs[i].cubin);
     }
     EXPECT_EQ(keys.size(), reqs.size());
+  }
+}
+
+// A prefetched compile's NVRTC time reaches its first taker (and so the database), whether the prefetch
+// had finished before compile() asked or not; later takers get a hit (cache_hit, 0 ms).
+TEST(JitCompiler, ThePrefetchedCompileTimeGoesToTheFirstTaker) {
+  for (const bool with_disk_cache : {false, true}) {
+    SCOPED_TRACE(with_disk_cache ? "disk cache" : "memory");
+    TempDir dir;
+    const jit::Compiler compiler = with_disk_cache ? jit::Compiler(dir.path()) : jit::Compiler();
+    std::vector<jit::CompileRequest> reqs;
+    for (int knob = 0; knob < 3; ++knob) {
+      reqs.push_back(scale_request("sm_90a"));
+      reqs.back().defines = {"FT_UNUSED_KNOB=" + std::to_string(100 + knob)};
+    }
+    compiler.prefetch(reqs, 3);
+    const auto first = compiler.compile(reqs[0]);  // most likely waits for the thread compiling it
+    while (compiler.prefetch_pending() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // the others finish before they are asked for
+    for (const auto& r : reqs) {
+      const auto out = r.defines == reqs[0].defines ? first : compiler.compile(r);
+      EXPECT_TRUE(out.record.ok) << out.record.log;
+      EXPECT_FALSE(out.record.cache_hit);
+      EXPECT_GT(out.record.compile_ms, 0.0);
+      const auto again = compiler.compile(r);
+      EXPECT_TRUE(again.record.cache_hit);
+      EXPECT_EQ(again.record.compile_ms, 0.0);
+      EXPECT_EQ(again.cubin, out.cubin);
+    }
   }
 }
 
