@@ -367,6 +367,8 @@ std::vector<Case> cases() {
     FT_CASE("d32_bm64_bn128_w4_s1_learned_causal_q5_k200", 32, 64, 128, 4, 1, true, false, true,
             shape(1, 1, 1, 5, 200, 0, 0, 1, 0));
     FT_CASE("d256_bm16_bn16_w1_s2_q20_k40", 256, 16, 16, 1, 2, false, false, false, shape(1, 1, 1, 20, 40));
+    FT_CASE("d64_bm64_bn32_w4_s2_causal_gqa_q300_qk30", 64, 64, 32, 4, 2, true, false, false,
+            shape(1, 4, 2, 300, 300, 0, 0, 30));
 #undef FT_CASE
   }
   return v;
