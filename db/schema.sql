@@ -1,4 +1,4 @@
--- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 4), documented.
+-- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 5), documented.
 -- This file is documentation and a check: a database is built by applying db/migrations/NNN_*.sql in
 -- order (Store does this on open, in one transaction), and tests/db/store_test.cpp checks that the
 -- migrated tables, columns and indexes equal those made by running this file. Edit both together.
@@ -136,3 +136,18 @@ CREATE TABLE trial_claims (
 );
 CREATE UNIQUE INDEX trial_claims_by_key
   ON trial_claims (experiment_name, stage, family, problem_key, config_key, source_hash, device_key);
+
+-- (v5) A search warm-started from the database (tuner/warm_start.hpp): per (run, family, stage, problem), the
+-- measured problems it drew on and the configs it proposed first. Absent when a search started cold (no
+-- history of the same family, stage and GPU, `run --no-warm-start`, or a sharded exhaustive / random study).
+CREATE TABLE warm_starts (
+  id          INTEGER PRIMARY KEY,
+  run_id      INTEGER NOT NULL REFERENCES runs (id),
+  family      TEXT    NOT NULL,
+  stage       TEXT    NOT NULL,
+  problem_key TEXT    NOT NULL,      -- core::Problem::key() of the warm-started problem
+  sources     TEXT    NOT NULL,      -- JSON [{"problem": key, "distance": d, "weight": w, "best": config key}], nearest first
+  first       TEXT    NOT NULL,      -- JSON [config key, ...]: proposed before the strategy's own (exhaustive: its order's head)
+  created_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))  -- [UTC]
+);
+CREATE INDEX warm_starts_by_run ON warm_starts (run_id);

@@ -385,6 +385,20 @@ void Store::set_copy_bandwidth(std::int64_t run_id, double gbps) {
     throw core::Error("set_copy_bandwidth: no run with id " + std::to_string(run_id));
 }
 
+void Store::record_warm_start(std::int64_t run_id, const std::string& family, const std::string& stage,
+                              const std::string& problem_key, const std::string& sources_json,
+                              const std::string& first_json) {
+  Stmt(m_impl->db,
+       "INSERT INTO warm_starts (run_id, family, stage, problem_key, sources, first) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+      .bind(1, run_id)
+      .bind(2, family)
+      .bind(3, stage)
+      .bind(4, problem_key)
+      .bind(5, sources_json)
+      .bind(6, first_json)
+      .run();
+}
+
 void Store::finish_run(std::int64_t run_id, const std::string& status) {
   if (status != "finished" && status != "failed" && status != "interrupted" && status != "crashed")
     throw core::Error("finish_run: status must be finished, failed, interrupted or crashed, not '" + status +
@@ -862,6 +876,14 @@ MergeCounts Store::merge_from(const std::filesystem::path& source) {
     n.trials_added = sqlite3_changes(db);
     n.trials_known = trials - n.trials_added;
   }
+  // Warm starts (v5; the snapshot was migrated, so the table exists there), linked to the merged runs.
+  Stmt(db,
+       "INSERT INTO main.warm_starts (run_id, family, stage, problem_key, sources, first, created_at)"
+       " SELECT mr.id, w.family, w.stage, w.problem_key, w.sources, w.first, w.created_at FROM src.warm_starts w"
+       " JOIN src.runs sr ON sr.id = w.run_id JOIN main.runs mr ON mr.uid = sr.uid"
+       " WHERE NOT EXISTS (SELECT 1 FROM main.warm_starts m WHERE m.run_id = mr.id AND m.family = w.family"
+       "   AND m.stage = w.stage AND m.problem_key = w.problem_key) ORDER BY w.id")
+      .run();
   tx.commit();
   return n;
 }

@@ -122,6 +122,10 @@ class Store {
   std::int64_t begin_run(const RunInfo& info);
   /// Records the measured device-to-device copy bandwidth [GB/s] of the run's GPU.
   void set_copy_bandwidth(std::int64_t run_id, double gbps);
+  /// Records that run `run_id` warm-started (family, stage, problem): `sources_json` and `first_json` as
+  /// db/schema.sql's warm_starts describes them.
+  void record_warm_start(std::int64_t run_id, const std::string& family, const std::string& stage,
+                         const std::string& problem_key, const std::string& sources_json, const std::string& first_json);
   /// Sets finished_at = now and status: "finished" | "failed" | "interrupted" | "crashed" (a sticky CUDA
   /// error ended the process's GPU work; a new process resumes) (else throws core::Error).
   void finish_run(std::int64_t run_id, const std::string& status);

@@ -94,7 +94,8 @@ ReplayReport replay(const Surface& surface, const ReplayOptions& options) {
     settings.seed = options.strategy.seed + std::uint64_t(k);
     settings.budget_trials = 0;
     settings.budget_seconds = 0;
-    auto strategy = make_strategy(settings, surface.configs);
+    auto strategy = options.warm ? make_warm_strategy(settings, surface.configs, *options.warm)
+                                 : make_strategy(settings, surface.configs);
     SeedOutcome out;
     out.seed = settings.seed;
     out.evals_to.assign(nt, 0);
@@ -167,9 +168,10 @@ BarVerdict judge_bar(const std::vector<ReplayReport>& reports, double within, do
   v.within_at_budget = best->reached_by_budget[t];
   const double fraction = double(best->budget) / double(best->space);
   std::vector<std::string> why;
-  if (v.evals_fraction > max_fraction + 1e-12) why.push_back(pct(v.evals_fraction) + " of the trials > " + pct(max_fraction));
+  const double allowed = std::max(max_fraction, 1.0 / double(best->space));
+  if (v.evals_fraction > allowed + 1e-12) why.push_back(pct(v.evals_fraction) + " of the trials > " + pct(allowed));
   if (!(best->score > 0)) why.push_back("not better than random search at equal budget");
-  if (fraction > max_fraction + 1e-12) why.push_back("budget " + pct(fraction) + " of the space > " + pct(max_fraction));
+  if (fraction > allowed + 1e-12) why.push_back("budget " + pct(fraction) + " of the space > " + pct(allowed));
   if (best->seeds < min_seeds) why.push_back(std::to_string(best->seeds) + " seeds < " + std::to_string(min_seeds));
   v.pass = why.empty();
   char p_text[32];

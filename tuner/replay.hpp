@@ -10,10 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "harness/core/types.hpp"
+#include "tuner/warm_start.hpp"
 
 namespace flashtune::tuner {
 
@@ -21,6 +24,9 @@ struct Surface {
   std::string name;                       ///< for reports: "attn_fwd batch=4,... run 3", "synthetic ..."
   std::vector<core::Config> configs;      ///< the space as recorded, each config once
   std::vector<core::TrialResult> results; ///< per config: status, and a timing when ok
+  /// Where it was recorded (empty for synthetic surfaces): what makes other surfaces its history.
+  std::string family, stage, problem, device_key, dtype;  ///< problem: core::Problem::key()
+  std::map<std::string, std::int64_t> dims;
 
   std::size_t valid() const;   ///< configs with status ok and a time
   double optimum_ms() const;   ///< [ms] lowest time; throws core::UserError when nothing is valid
@@ -41,6 +47,8 @@ struct ReplayOptions {
   std::int64_t budget = 0;          ///< evaluations at which found and P are taken; 0: 20 % of the space, rounded down
   std::int64_t max_evals = 0;       ///< evaluations per seed at most; 0: the whole space
   std::vector<double> thresholds{0.01, 0.03, 0.05};  ///< within (1 + t) x optimum
+  /// When set and informed: every seed's search is warm-started from it (make_warm_strategy).
+  std::optional<WarmStart> warm;
 };
 
 struct SeedOutcome {
@@ -67,7 +75,8 @@ struct ReplayReport {
 };
 
 /// The bar of issue 5 on one surface, read literally: the best learning strategy reaches within
-/// `within` of the optimum using at most `max_fraction` of the trials, averaged over at least
+/// `within` of the optimum using at most `max_fraction` of the trials (at least one trial: on a surface of
+/// fewer than 1 / max_fraction configs the first trial may be the one), averaged over at least
 /// `min_seeds` seeds (its mean evaluations to within `within` <= max_fraction x the space), and beats
 /// random search at equal budget (P > 0 at a budget of at most max_fraction of the space). The best
 /// learning strategy is the one with the fewest mean evaluations to within `within`.

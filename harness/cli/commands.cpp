@@ -210,6 +210,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
        "(OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/SIZE), a Slurm array (SLURM_ARRAY_TASK_ID with "
        "SLURM_ARRAY_TASK_COUNT or _MIN/_MAX) or Slurm tasks (SLURM_PROCID/SLURM_NTASKS); 0/1 turns it off. "
        "Join the shards' databases with flashtune db merge")
+      ("no-warm-start", "start every search cold: by default a search begins from the configs that won on the "
+                        "nearest problems of the same family, stage and GPU measured in the database (recorded in "
+                        "its warm_starts table)")
       ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);
@@ -248,6 +251,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
   if (ro.shard.sharded() && ro.shard.source != "--shard")
     ro.command_line += "  # shard " + ro.shard.text() + " from " + ro.shard.source;
   ro.verbose = vm.count("verbose") > 0;
+  ro.warm_start = vm.count("no-warm-start") == 0;
   ro.on_hang = [] {  // inside the runner, with the GPU busy: no unwinding through CUDA destructors
     try {
       restart_after_crash("timed-out");

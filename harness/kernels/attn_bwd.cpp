@@ -293,7 +293,7 @@ class AttnBwdGrad : public AttnBwdBase {
     return {
         {"block_m", {16, 32, 64}, "query rows per tile"},
         {"block_n", {32, 64, 128}, "keys per tile"},
-        {"num_warps", {2, 4, 8}, "warps per block"},
+        {"num_warps", {1, 2, 4, 8}, "warps per block"},  // 1: the GPT-OSS dq and dq_delta winners
         {"num_stages", {1, 2}, "tiles in flight (cp.async pipeline depth)"},
     };
   }
@@ -410,7 +410,8 @@ class AttnBwdGrad : public AttnBwdBase {
   // (windows), where more resident blocks hide the latency of each one's chain of MMAs.
   static std::int64_t min_blocks(const core::Config& c) { return c.get("min_blocks", 1); }
   static TunableSpec min_blocks_tunable() {
-    return {"min_blocks", {1},
+    // 5, 7, 12: the GPT-OSS dkdv, dq_delta and dq winners (docs/NOTES.md, sessions 13 and 16).
+    return {"min_blocks", {1, 5, 7, 12},
             "blocks per SM the mma.sync kernel is compiled to fit (__launch_bounds__), capping its registers at 65536 / "
             "(32 num_warps min_blocks); 1 = no cap (fp32 and mma 90 take 1)"};
   }
@@ -643,6 +644,11 @@ class AttnBwdDq : public AttnBwdGrad {
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + n(pack) + " must divide the GQA group (heads_q / heads_kv = " + n(group) + ")";
     if (c.at("block_m") % pack != 0) return "pack_heads " + n(pack) + " must divide block_m " + n(c.at("block_m"));
+    // One warp at head_dim 128 and 64-key tiles spills at 255 registers (ptxas 13.0, sm_80 and sm_90a, every
+    // mask variant; 32-key tiles do not): the GPT-OSS winners' 1 warp is a head_dim 64 choice.
+    if (c.at("num_warps") == 1 && p.at("head_dim") > 64 && c.at("block_n") > 32 && p.dtype != core::DType::f32)
+      return "1 warp at head_dim " + n(p.at("head_dim")) + " holds too much with block_n " + n(c.at("block_n")) +
+             " (spills): block_n 32 or 2+ warps";
     // dQ (head_dim / 2), S and dP (block_n / 2 each) per 16-row tile of a warp
     return min_blocks_problem(c, p, d, c.at("block_m") / (16 * c.at("num_warps")) * (p.at("head_dim") / 2 + c.at("block_n")));
   }

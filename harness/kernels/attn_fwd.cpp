@@ -49,17 +49,19 @@ class AttnFwd final : public attn::AttentionFamily {
         {"mma_pipe", {1, 2},
          "mma 90 only: 1 = Q K^T, softmax and P V one after the other; 2 = P V of tile i - 1 on the tensor "
          "cores while the softmax of tile i runs (needs num_stages >= 2)"},
-        {"min_blocks", {1},
+        // Defaults hold every value that has won a measured shape (docs/NOTES.md): min_blocks 2 (dense d128 /
+        // d64 seq 8k), 5 and 6 (GPT-OSS), epilogue 2 (d128 seq 8k, session 18), pack_heads 4 (GPT-OSS).
+        {"min_blocks", {1, 2, 5, 6},
          "mma 90 only: blocks per SM the compiler must fit (__launch_bounds__ minimum: registers capped at "
          "65536 / (32 num_warps min_blocks)); 1 = no cap. 2..8 trade registers for occupancy, for short, "
-         "latency-bound rows such as sliding windows (list them in the space: the default is 1)"},
-        {"epilogue", {1},
+         "latency-bound rows such as sliding windows"},
+        {"epilogue", {1, 2},
          "mma 90 only: 1 = O stored from the accumulators (4-byte stores); 2 = O staged in shared memory and "
-         "stored in 16-byte rows (list 2 in the space to try it)"},
-        {"pack_heads", {1},
+         "stored in 16-byte rows"},
+        {"pack_heads", {1, 2, 4, 8},
          "mma 90 only: query heads of one GQA group per block (a divisor of heads_q / heads_kv); the block's "
          "block_m rows are block_m / pack_heads queries of each head, so its K/V tiles serve pack_heads heads "
-         "and a windowed band stays narrow (list 2..8 in the space to try it)"},
+         "and a windowed band stays narrow"},
     };
   }
   // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:

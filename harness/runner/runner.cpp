@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -42,6 +44,7 @@
 #include "tuner/finalists.hpp"
 #include "tuner/space.hpp"
 #include "tuner/strategy.hpp"
+#include "tuner/warm_start.hpp"
 
 namespace flashtune::runner {
 namespace {
@@ -316,7 +319,9 @@ class ExperimentRun {
     record_unrunnable(study, problem, source_hash, split, unit_of, total);
     configs = split.runnable;
     prefetch_compiles(study, problem, source, configs, unit_of);
-    auto strategy = tuner::make_strategy(study.strategy, std::move(configs));
+    tuner::WarmStart warm;
+    if (m_opts.warm_start && !(first_unit >= 0 && m_opts.shard.sharded())) warm = warm_start(family, problem, configs);
+    auto strategy = tuner::make_warm_strategy(study.strategy, std::move(configs), warm);
     const auto t0 = Clock::now();
     ProblemData data;
     bool data_ready = false;
@@ -505,6 +510,53 @@ class ExperimentRun {
     } catch (const core::Error& e) {
       say(std::string("   finalists not re-measured: ") + e.what());
     }
+  }
+
+  // The warm start of one problem's search: every problem of the same family, stage and device measured in
+  // this database (any experiment, any kernel source; per config its latest trial) is history. Says and
+  // records which it drew on. Uninformed (a cold start) when there is none.
+  tuner::WarmStart warm_start(const kernels::KernelFamily& family, const core::Problem& problem,
+                              const std::vector<core::Config>& configs) {
+    auto quote = [](const std::string& v) {
+      std::string q = "'";
+      for (char c : v) q += c == '\'' ? std::string("''") : std::string(1, c);
+      return q + "'";
+    };
+    const auto rows = m_store->sql(
+        "SELECT p.key, p.json, c.key, t.status, t.median_ms, coalesce(t.stopped_early, 0) FROM trials t "
+        "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id WHERE t.family = " +
+        quote(family.name()) + " AND t.stage = " + quote(family.stage()) + " AND t.device_key = " +
+        quote(m_summary.device_key) + " AND p.key <> " + quote(problem.key()) + " AND t.status <> 'compiled' ORDER BY t.id");
+    std::map<std::string, tuner::HistorySurface> by_problem;
+    for (const auto& r : rows.rows) {
+      auto& h = by_problem[r[0]];
+      if (h.name.empty()) {
+        h.name = r[0];
+        const auto j = nlohmann::json::parse(r[1], nullptr, false);
+        if (j.is_discarded() || !j.contains("dims")) continue;
+        h.dtype = j.value("dtype", "");
+        for (const auto& [k, v] : j["dims"].items())
+          if (v.is_number_integer()) h.dims[k] = v.get<std::int64_t>();
+      }
+      core::TrialResult t;
+      t.status = core::parse_trial_status(r[3]).value_or(core::TrialStatus::launch_failed);
+      if (!r[4].empty()) t.timing = core::Timing{}, t.timing->median_ms = std::stod(r[4]), t.timing->stopped_early = r[5] == "1";
+      h.results[r[2]] = t;
+    }
+    std::vector<tuner::HistorySurface> history;
+    for (auto& [key, h] : by_problem) history.push_back(std::move(h));
+    auto w = tuner::warm_start(configs, problem.dims, std::string(core::to_string(problem.dtype)), history);
+    if (!w.informed()) return w;
+    const auto& near = w.sources.front();
+    say("   warm start from " + std::to_string(w.sources.size()) + " measured problem(s); nearest " + near.name +
+        " (distance " + fmt(near.distance, 2) + ", its best " + near.best + "); first: " + w.order.front().key());
+    nlohmann::json sources = nlohmann::json::array(), first = nlohmann::json::array();
+    for (std::size_t i = 0; i < w.sources.size() && i < 10; ++i)
+      sources.push_back({{"problem", w.sources[i].name}, {"distance", w.sources[i].distance},
+                         {"weight", w.sources[i].weight}, {"best", w.sources[i].best}});
+    for (std::size_t i = 0; i < w.order.size() && i < std::size_t(tuner::kWarmSeeds); ++i) first.push_back(w.order[i].key());
+    m_store->record_warm_start(m_summary.run_id, family.name(), family.stage(), problem.key(), sources.dump(), first.dump());
+    return w;
   }
 
   // Parallel NVRTC ahead of the GPU: when the strategy will propose every config of the problem (exhaustive,

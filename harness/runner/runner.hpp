@@ -43,6 +43,10 @@ struct RunOptions {
   /// as timeout: the GPU is still busy with it, so the process must end. It should not return (the CLI
   /// re-executes itself to resume); if it does, or is empty, the process exits with kHangExitStatus.
   std::function<void()> on_hang;
+  /// Begin each search from the database's measured neighbours (tuner/warm_start.hpp): same family, stage
+  /// and device, other problems. Not for a sharded exhaustive or random study (each shard must propose the
+  /// same sequence, and shards may write different databases).
+  bool warm_start = true;
 };
 
 /// Exit status of a process whose kernel hung past the watchdog and that was not restarted.

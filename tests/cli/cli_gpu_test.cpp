@@ -16,6 +16,8 @@
 #include "harness/cuda/driver.hpp"
 #include "harness/cuda/device.hpp"
 #include "harness/jit/template_store.hpp"
+#include "tests/cli/planted_kernels.hpp"
+#include "tests/command.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashtune;
@@ -23,12 +25,8 @@ using namespace flashtune;
 namespace {
 
 std::pair<int, std::string> sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  const auto r = ft_test::run_command(cmd + " 2>&1");
+  return {r.status, r.out};
 }
 
 }  // namespace
@@ -37,22 +35,7 @@ TEST(CliGpu, CrashedKernelIsRecordedAndTheRunResumesInAFreshProcess) {
   std::string why;
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_" + std::to_string(::getpid()));
-  fs::create_directories(dir / "templates");
-  for (const auto& name : jit::embedded_template_names())
-    std::ofstream(dir / "templates" / name) << jit::load_template(name, std::nullopt);
-  // The 128-thread specialization writes far out of bounds; the others compute the right answer.
-  std::ofstream(dir / "templates" / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
-template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
-__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
-                                        long long stride_x) {
-  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (kBlockThreads == 128) y[row + (1ll << 40)] = 1.0f;
-  if (row >= rows) return;
-  float acc = 0.0f;
-  for (long long j = 0; j < cols; ++j) acc += to_float(x[row * stride_x + j]) * to_float(w[j]);
-  y[row] = acc;
-}
-)";
+  ft_test::write_planted_templates(dir / "templates", 128, 0);  // 128 threads write out of bounds
   std::ofstream(dir / "crash.yaml") << R"(
 name: crash_resume
 measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2}
@@ -82,27 +65,7 @@ TEST(CliGpu, EndlessKernelTimesOutAndTheRunResumesInAFreshProcess) {
   std::string why;
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_hang_" + std::to_string(::getpid()));
-  fs::create_directories(dir / "templates");
-  for (const auto& name : jit::embedded_template_names())
-    std::ofstream(dir / "templates" / name) << jit::load_template(name, std::nullopt);
-  // The 128-thread specialization spins forever on a volatile read (y holds the NaN poison, never 12345);
-  // the others compute the right answer.
-  std::ofstream(dir / "templates" / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
-template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
-__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
-                                        long long stride_x) {
-  if (kBlockThreads == 128) {
-    volatile float* stuck = y;
-    while (stuck[0] != 12345.0f) {
-    }
-  }
-  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (row >= rows) return;
-  float acc = 0.0f;
-  for (long long j = 0; j < cols; ++j) acc += to_float(x[row * stride_x + j]) * to_float(w[j]);
-  y[row] = acc;
-}
-)";
+  ft_test::write_planted_templates(dir / "templates", 0, 128);  // 128 threads never end
   std::ofstream(dir / "hang.yaml") << R"(
 name: hang_resume
 measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 2}

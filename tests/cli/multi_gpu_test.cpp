@@ -29,7 +29,8 @@
 
 #include "harness/cuda/device.hpp"
 #include "harness/cuda/driver.hpp"
-#include "harness/jit/template_store.hpp"
+#include "tests/cli/planted_kernels.hpp"
+#include "tests/command.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashtune;
@@ -37,18 +38,11 @@ using namespace flashtune;
 namespace {
 
 std::pair<int, std::string> sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  const auto r = ft_test::run_command(cmd + " 2>&1");
+  return {r.status, r.out};
 }
 
-const std::string& bin() {
-  static const std::string b = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
-  return b;
-}
+std::string bin() { return ft_test::flashtune_binary(); }
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
@@ -145,29 +139,9 @@ TEST_F(MultiGpu, TwoWorkersRecordExactlyTheTrialsOfOneGpuRun) {
 }
 
 TEST_F(MultiGpu, CrashAndHangInOneWorkerAreRecordedWhileTheOtherGoesOn) {
-  fs::create_directories(s_dir / "planted");
-  for (const auto& name : jit::embedded_template_names())
-    std::ofstream(s_dir / "planted" / name) << jit::load_template(name, std::nullopt);
   // Units are the configs' enumeration indices, worker w of 2 takes those with index % 2 == w: worker 0 gets
-  // block_threads 32, 128, 512 and worker 1 64, 256, 1024. 128 writes far out of bounds; 512 spins forever on
-  // a volatile read (y holds the NaN poison, never 12345); the others compute the right answer.
-  std::ofstream(s_dir / "planted" / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
-template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
-__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
-                                        long long stride_x) {
-  const long long row = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-  if (kBlockThreads == 128) y[row + (1ll << 40)] = 1.0f;
-  if (kBlockThreads == 512) {
-    volatile float* stuck = y;
-    while (stuck[0] != 12345.0f) {
-    }
-  }
-  if (row >= rows) return;
-  float acc = 0.0f;
-  for (long long j = 0; j < cols; ++j) acc += to_float(x[row * stride_x + j]) * to_float(w[j]);
-  y[row] = acc;
-}
-)";
+  // block_threads 32, 128, 512 and worker 1 64, 256, 1024. 128 writes far out of bounds, 512 never ends.
+  ft_test::write_planted_templates(s_dir / "planted", 128, 512);
   std::ofstream(s_dir / "planted.yaml") << R"(
 name: multi_gpu_planted
 measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 2}

@@ -4,6 +4,7 @@
 // references agree within the pass rule's atol-scaled tolerance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -230,3 +231,39 @@ TEST(Families, SamePrecisionReferencePassesAndPerturbedOutputFails) {
 
 }  // namespace
 }  // namespace flashtune::kernels
+
+// Issue 23: the default spaces hold every value that has won a measured shape in docs/NOTES.md, so that a
+// search over the defaults can find those winners (a study may still list fewer).
+TEST(Families, DefaultSpacesHoldEveryValueThatWonInTheNotes) {
+  struct Winner {
+    const char* family;
+    const char* tunable;
+    std::int64_t value;
+    const char* where;  // docs/NOTES.md
+  };
+  const Winner winners[] = {
+      {"attn_fwd", "min_blocks", 2, "dense d128 / d64 seq 8k, bm128 bn64 8 warps (2026-11-23; session 16: 484.9 TFLOP/s)"},
+      {"attn_fwd", "min_blocks", 5, "GPT-OSS forward, bm64 bn64 1 stage (sessions 13-14)"},
+      {"attn_fwd", "min_blocks", 6, "GPT-OSS forward, bn32 pack 4 (sessions 15-17)"},
+      {"attn_fwd", "pack_heads", 4, "GPT-OSS forward, bn32 pack 4 min_blocks 6 (sessions 15-17)"},
+      {"attn_fwd", "epilogue", 2, "bf16 d128 seq 8192 forward, bm128 bn64 (session 18, multi_gpu_bench)"},
+      {"attn_fwd", "block_n", 32, "GPT-OSS forward (session 15)"},
+      {"attn_fwd", "num_stages", 1, "GPT-OSS forward (sessions 13-17)"},
+      {"attn_bwd_dq", "num_warps", 1, "GPT-OSS dq, bm32 bn32 1 warp (session 13)"},
+      {"attn_bwd_dq", "min_blocks", 12, "GPT-OSS dq, bm32 bn32 1 warp min_blocks 12 (session 13)"},
+      {"attn_bwd_dq_delta", "num_warps", 1, "GPT-OSS dq_delta, 1 warp 2 stages (session 16)"},
+      {"attn_bwd_dq_delta", "min_blocks", 7, "GPT-OSS dq_delta, min_blocks 7 (session 16)"},
+      {"attn_bwd_dkdv", "min_blocks", 5, "GPT-OSS dkdv, mma.sync bm32 bn32 min_blocks 5 (sessions 16-17)"},
+      {"attn_bwd_dkdv", "block_m", 32, "GPT-OSS dkdv (sessions 16-17)"},
+      {"attn_bwd_dsink", "num_warps", 32, "GPT-OSS dsink, 32 warps (session 17)"},
+  };
+  for (const auto& w : winners) {
+    const auto* f = flashtune::kernels::find_family(w.family);
+    ASSERT_NE(f, nullptr) << w.family;
+    const auto tunables = f->tunables();
+    const auto t = std::find_if(tunables.begin(), tunables.end(), [&](const auto& s) { return s.name == w.tunable; });
+    ASSERT_NE(t, tunables.end()) << w.family << " has no tunable " << w.tunable;
+    EXPECT_NE(std::find(t->values.begin(), t->values.end(), w.value), t->values.end())
+        << w.family << "." << w.tunable << " lacks " << w.value << ", the winner of " << w.where;
+  }
+}

@@ -81,3 +81,54 @@ studies:
   EXPECT_GT(s.best[0].median_ms, 0);
   EXPECT_GT(s.best[0].gbps, 0);
 }
+
+// Warm start through the runner (issue 23): an exhaustive run of one problem, then a bayes search of a
+// neighbouring one in the same database begins with the first's winner, says so and records it in
+// warm_starts; with warm_start off (`run --no-warm-start`) nothing is recorded and the search starts cold.
+TEST(TunerGpu, ASearchBeginsWithTheWinnerOfTheNearestMeasuredProblem) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  TempDir dir;
+  const auto first = experiment::parse_experiment(R"(
+name: tuner_gpu_history
+measure: {warmup: 1, min_samples: 5, max_samples: 20, max_time_s: 0.1}
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 8192, cols: 2048, dtype: f32}]
+    space: {block_threads: [64, 128, 256, 512], rows_per_block: [1, 2, 4], vec: [1, 4]}
+    strategy: {name: exhaustive, finalists: 0}
+)", "tuner_gpu_history.yaml");
+  auto opts = quiet_options(dir.path / "w.sqlite", false);
+  const auto s1 = runner::run_experiment(first, opts);
+  ASSERT_FALSE(s1.compile_only);
+  ASSERT_EQ(s1.best.size(), 1u);
+  const auto second = experiment::parse_experiment(R"(
+name: tuner_gpu_warm
+measure: {warmup: 1, min_samples: 5, max_samples: 20, max_time_s: 0.1}
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 16384, cols: 2048, dtype: f32}]
+    space: {block_threads: [64, 128, 256, 512], rows_per_block: [1, 2, 4], vec: [1, 4]}
+    strategy: {name: bayes, budget_trials: 4, finalists: 0, seed: 3}
+)", "tuner_gpu_warm.yaml");
+  std::vector<std::string> lines;
+  opts.print = [&](const std::string& l) { lines.push_back(l); };
+  const auto s2 = runner::run_experiment(second, opts);
+  EXPECT_TRUE(said(lines, "warm start from 1 measured problem(s); nearest cols=2048,rows=8192,dtype=f32"));
+  db::Store store(opts.db_path);
+  const auto ws = store.sql("SELECT problem_key, sources, first FROM warm_starts WHERE run_id = " + std::to_string(s2.run_id));
+  ASSERT_EQ(ws.rows.size(), 1u);
+  EXPECT_EQ(ws.rows[0][0], "cols=2048,rows=16384,dtype=f32");
+  EXPECT_NE(ws.rows[0][1].find("\"best\":\"" + s1.best[0].config + "\""), std::string::npos) << ws.rows[0][1];
+  EXPECT_EQ(ws.rows[0][2].rfind("[\"" + s1.best[0].config + "\"", 0), 0u) << ws.rows[0][2];
+  const auto trials = store.sql("SELECT c.key FROM trials t JOIN configs c ON c.id = t.config_id WHERE t.run_id = " +
+                                std::to_string(s2.run_id) + " ORDER BY t.id");
+  ASSERT_EQ(trials.rows.size(), 4u);
+  EXPECT_EQ(trials.rows[0][0], s1.best[0].config);
+  // Off: a third problem, nothing recorded.
+  auto third = second;
+  third.name = "tuner_gpu_cold";
+  third.studies[0].problems[0].dims["rows"] = 32768;
+  opts.warm_start = false;
+  const auto s3 = runner::run_experiment(third, opts);
+  EXPECT_TRUE(store.sql("SELECT id FROM warm_starts WHERE run_id = " + std::to_string(s3.run_id)).rows.empty());
+}
