@@ -682,6 +682,29 @@ TEST_F(StoreTest, MergeJoinsDatabasesWithoutDuplicatesAndAgainAddsNothing) {
   EXPECT_EQ(file_bytes(b), b_bytes);
 }
 
+// A warm start (v5) is recorded against its run and travels with it through a merge, once.
+TEST_F(StoreTest, WarmStartsAreRecordedAndMergedWithTheirRun) {
+  const auto a = m_dir / "wa.sqlite", all = m_dir / "wall.sqlite";
+  std::string uid;
+  {
+    Store sa(a);
+    sa.begin_run(run_info());  // a run without a warm start, so that the ids of the two files differ
+    const auto r = sa.begin_run(run_info());
+    sa.record_warm_start(r, "attn_fwd", "forward", "seq=2048,dtype=bf16", R"([{"problem":"seq=1024,dtype=bf16"}])",
+                         R"(["block_m=64"])");
+    uid = sa.sql("SELECT uid FROM runs WHERE id = " + std::to_string(r)).rows.at(0).at(0);
+  }
+  Store out(all);
+  out.begin_run(run_info());  // occupies id 1 here
+  out.merge_from(a);
+  out.merge_from(a);  // again: nothing new
+  const auto q = out.sql("SELECT r.uid, w.family, w.stage, w.problem_key, w.sources, w.first FROM warm_starts w "
+                         "JOIN runs r ON r.id = w.run_id");
+  ASSERT_EQ(q.rows.size(), 1u);
+  EXPECT_EQ(q.rows[0], (std::vector<std::string>{uid, "attn_fwd", "forward", "seq=2048,dtype=bf16",
+                                                 R"([{"problem":"seq=1024,dtype=bf16"}])", R"(["block_m=64"])"}));
+}
+
 TEST_F(StoreTest, MergeTakesAnOlderSchemaWithoutMigratingTheInput) {
   const auto old = m_dir / "old.sqlite";
   {
