@@ -26,6 +26,9 @@ inline CommandResult run_command(const std::string& cmd) {
   return r;
 }
 
+/// run_command with standard error joined to standard output (what a user would see).
+inline CommandResult run_with_stderr(const std::string& cmd) { return run_command(cmd + " 2>&1"); }
+
 /// The flashtune binary of this build.
 inline std::string flashtune_binary() { return std::string(FT_BINARY_DIR) + "/harness/cli/flashtune"; }
 

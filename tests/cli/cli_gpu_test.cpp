@@ -23,12 +23,7 @@ namespace fs = std::filesystem;
 using namespace flashtune;
 
 namespace {
-
-std::pair<int, std::string> sh(const std::string& cmd) {
-  const auto r = ft_test::run_command(cmd + " 2>&1");
-  return {r.status, r.out};
-}
-
+constexpr auto sh = ft_test::run_with_stderr;  // stdout and stderr, as a user sees them
 }  // namespace
 
 TEST(CliGpu, CrashedKernelIsRecordedAndTheRunResumesInAFreshProcess) {

@@ -37,12 +37,8 @@ using namespace flashtune;
 
 namespace {
 
-std::pair<int, std::string> sh(const std::string& cmd) {
-  const auto r = ft_test::run_command(cmd + " 2>&1");
-  return {r.status, r.out};
-}
-
 std::string bin() { return ft_test::flashtune_binary(); }
+constexpr auto sh = ft_test::run_with_stderr;  // stdout and stderr, as a user sees them
 
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
@@ -204,7 +200,7 @@ TEST_F(MultiGpu, KillNineOfTheWholeRunThenARerunLosesAndDuplicatesNothing) {
     if (fs::exists(db)) recorded = rows(db, "SELECT id FROM trials").size();
   }
   ASSERT_GE(recorded, 8u) << "the run recorded too little to be killed mid-way";
-  ASSERT_EQ(sh("kill -9 -" + std::to_string(pid)).first, 0);
+  ASSERT_EQ(sh("kill -9 -" + std::to_string(pid)).status, 0);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const std::size_t before = rows(db, "SELECT id FROM trials").size();
   EXPECT_LT(before, 36u) << "killed after the run had ended: nothing tested";
