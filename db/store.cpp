@@ -26,6 +26,27 @@ namespace flashtune::db {
 using detail::Stmt;
 using detail::Transaction;
 
+core::Problem problem_from_json(const std::string& json) {
+  try {
+    const auto j = nlohmann::json::parse(json);
+    core::Problem p;
+    for (const auto& [name, v] : j.at("dims").items()) p.dims[name] = v.get<std::int64_t>();
+    const std::string dtype = j.at("dtype").get<std::string>();
+    const auto d = core::parse_dtype(dtype);
+    if (!d) throw core::Error("problem JSON has an unknown dtype '" + dtype + "'");
+    p.dtype = *d;
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw core::Error(std::string("unreadable problem JSON: ") + e.what());
+  }
+}
+
+std::string sql_quote(const std::string& text) {
+  std::string q = "'";
+  for (char c : text) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
 namespace {
 
 std::string short_file(const char* file) {
@@ -123,7 +144,7 @@ struct Store::Impl {
     return static_cast<int>(s.int64(0));
   }
 
-  std::int64_t upsert_problem(const std::string& family, const core::Problem& p) {
+  std::int64_t upsert_problem(const std::string& family, const core::Problem& p) {  // read by problem_from_json
     nlohmann::json j;
     j["dims"] = p.dims;
     j["dtype"] = std::string(core::to_string(p.dtype));

@@ -50,6 +50,12 @@ struct TrialRecord {
 };
 
 // A query's result as text, ready to print as a table, CSV or JSON. SQL NULL becomes "".
+/// The problem a problems.json value describes ({"dims": {...}, "dtype": "bf16"}, as Store writes it). Throws
+/// core::Error naming what is wrong when the text is not such an object.
+core::Problem problem_from_json(const std::string& json);
+/// `text` as an SQL string literal ('it''s'), for the conditions given to Store::sql.
+std::string sql_quote(const std::string& text);
+
 struct QueryResult {
   std::vector<std::string> columns;
   std::vector<std::vector<std::string>> rows;

@@ -3,7 +3,6 @@
 // table says how many evaluations each needed to come within 1 / 3 / 5 % of the optimum and its score
 // P against random search at a budget (tuner/replay.hpp). No GPU, no compiler: seconds on a laptop.
 #include <boost/program_options.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -39,12 +38,6 @@ std::string fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
-}
-
-std::string sql_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
 }
 
 // "block_m=64,block_n=32" -> Config (the inverse of core::Config::key()).
@@ -104,11 +97,10 @@ std::vector<tuner::Surface> load_surfaces(const std::string& db_path, const std:
     s.name = std::get<0>(k) + "/" + std::get<1>(k) + " " + std::get<2>(k) + " on " + std::get<3>(k) + " (run " + run_list + ")";
     s.family = std::get<0>(k), s.stage = std::get<1>(k), s.problem = std::get<2>(k), s.device_key = std::get<3>(k);
     try {
-      const auto j = nlohmann::json::parse(problem_json[k]);
-      s.dtype = j.value("dtype", "");
-      for (const auto& [name, v] : j.at("dims").items()) s.dims[name] = v.get<std::int64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      throw core::Error("replay: problem " + s.problem + " has unreadable JSON: " + e.what());
+      const core::Problem p = db::problem_from_json(problem_json[k]);
+      s.dims = p.dims, s.dtype = std::string(core::to_string(p.dtype));
+    } catch (const core::Error& e) {
+      throw core::Error("replay: problem " + s.problem + ": " + e.what());
     }
     // The runner proposes only configs that can run on the device (can_run): the others are not trials a
     // search spends, so the surface is the runnable space.
@@ -233,10 +225,10 @@ int cmd_replay(const std::vector<std::string>& args) {
   } else {
     std::string where = "t.status <> 'compiled'", what = "all runs";
     if (vm.count("run")) where += " AND t.run_id = " + std::to_string(run), what = "run " + std::to_string(run);
-    if (!experiment.empty()) where += " AND t.experiment_name = " + sql_quote(experiment), what = "experiment " + experiment;
+    if (!experiment.empty()) where += " AND t.experiment_name = " + db::sql_quote(experiment), what = "experiment " + experiment;
     // With --warm-start every surface of the run or experiment is history; --family and --problem pick targets.
-    if (!family.empty() && !warm) where += " AND t.family = " + sql_quote(family);
-    if (!problem.empty() && !warm) where += " AND p.key = " + sql_quote(problem);
+    if (!family.empty() && !warm) where += " AND t.family = " + db::sql_quote(family);
+    if (!problem.empty() && !warm) where += " AND p.key = " + db::sql_quote(problem);
     if (!family.empty()) what += ", family " + family;
     if (!problem.empty()) what += ", problem " + problem;
     surfaces = load_surfaces(db, where, what);

@@ -517,26 +517,22 @@ class ExperimentRun {
   // records which it drew on. Uninformed (a cold start) when there is none.
   tuner::WarmStart warm_start(const kernels::KernelFamily& family, const core::Problem& problem,
                               const std::vector<core::Config>& configs) {
-    auto quote = [](const std::string& v) {
-      std::string q = "'";
-      for (char c : v) q += c == '\'' ? std::string("''") : std::string(1, c);
-      return q + "'";
-    };
+    using db::sql_quote;
     const auto rows = m_store->sql(
         "SELECT p.key, p.json, c.key, t.status, t.median_ms, coalesce(t.stopped_early, 0) FROM trials t "
         "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id WHERE t.family = " +
-        quote(family.name()) + " AND t.stage = " + quote(family.stage()) + " AND t.device_key = " +
-        quote(m_summary.device_key) + " AND p.key <> " + quote(problem.key()) + " AND t.status <> 'compiled' ORDER BY t.id");
+        sql_quote(family.name()) + " AND t.stage = " + sql_quote(family.stage()) + " AND t.device_key = " +
+        sql_quote(m_summary.device_key) + " AND p.key <> " + sql_quote(problem.key()) + " AND t.status <> 'compiled' ORDER BY t.id");
     std::map<std::string, tuner::HistorySurface> by_problem;
     for (const auto& r : rows.rows) {
       auto& h = by_problem[r[0]];
       if (h.name.empty()) {
         h.name = r[0];
-        const auto j = nlohmann::json::parse(r[1], nullptr, false);
-        if (j.is_discarded() || !j.contains("dims")) continue;
-        h.dtype = j.value("dtype", "");
-        for (const auto& [k, v] : j["dims"].items())
-          if (v.is_number_integer()) h.dims[k] = v.get<std::int64_t>();
+        try {
+          const core::Problem p = db::problem_from_json(r[1]);
+          h.dims = p.dims, h.dtype = std::string(core::to_string(p.dtype));
+        } catch (const core::Error&) {  // unreadable: kept without dims, so it is far from every problem
+        }
       }
       core::TrialResult t;
       t.status = core::parse_trial_status(r[3]).value_or(core::TrialStatus::launch_failed);
