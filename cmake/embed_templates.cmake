@@ -6,14 +6,16 @@
 # The .cpp defines what harness/jit/embedded_templates.hpp declares.
 
 if(CMAKE_SCRIPT_MODE_FILE)
-  file(GLOB templates LIST_DIRECTORIES false "${TEMPLATE_DIR}/*.cuh")
+  # kernel_templates/*.cuh and the device library kernel_templates/ft/*.cuh, named as `#include` names them
+  # ("attn_fwd.cuh", "ft/softmax.cuh").
+  file(GLOB templates LIST_DIRECTORIES false "${TEMPLATE_DIR}/*.cuh" "${TEMPLATE_DIR}/ft/*.cuh")
   list(SORT templates)
   string(REPEAT "[0-9a-f]" 48 chunk_pattern)  # 24 bytes per line of the generated array
   set(arrays "")
   set(entries "")
   set(index 0)
   foreach(path IN LISTS templates)
-    get_filename_component(name "${path}" NAME)
+    file(RELATIVE_PATH name "${TEMPLATE_DIR}" "${path}")
     file(READ "${path}" hex HEX)
     string(LENGTH "${hex}" hex_length)
     math(EXPR size "${hex_length} / 2")
@@ -46,7 +48,7 @@ set(FT_EMBED_TEMPLATES_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
 
 # ft_embed_templates(<out_var> <template_dir>): sets <out_var> to the generated .cpp to compile.
 function(ft_embed_templates out_var template_dir)
-  file(GLOB templates CONFIGURE_DEPENDS LIST_DIRECTORIES false "${template_dir}/*.cuh")
+  file(GLOB templates CONFIGURE_DEPENDS LIST_DIRECTORIES false "${template_dir}/*.cuh" "${template_dir}/ft/*.cuh")
   set(output "${CMAKE_CURRENT_BINARY_DIR}/embedded_templates.cpp")
   add_custom_command(
     OUTPUT "${output}"

@@ -63,9 +63,14 @@ std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::
     files[detail::kEmbeddedTemplates[i].name] = embedded_text(detail::kEmbeddedTemplates[i]);
   if (override_dir) {
     std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(*override_dir, ec)) {
-      if (entry.path().extension() == ".cuh" && is_file(entry.path()))
-        files[entry.path().filename().string()] = read_file(entry.path());
+    // Its *.cuh files and those of its ft/ folder (the device library), named as `#include` names them.
+    for (const std::string sub : {"", "ft"}) {
+      const std::filesystem::path dir = sub.empty() ? *override_dir : *override_dir / sub;
+      for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+        if (entry.path().extension() == ".cuh" && is_file(entry.path()))
+          files[(sub.empty() ? "" : sub + "/") + entry.path().filename().string()] = read_file(entry.path());
+      }
+      ec.clear();
     }
   }
   std::vector<TemplateFile> out;

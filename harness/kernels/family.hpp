@@ -97,9 +97,12 @@ PackedArgs pack_kernel_args(const std::vector<KernelArg>& args, const std::vecto
 
 // How a config becomes a compiled kernel: a C++ name expression instantiated through
 // nvrtcAddNameExpression (e.g. "weighted_row_sum_kernel<float, 256, 4>") and extra -D defines.
+// A family of several kernels names each one's template file here, so that a kernel's source hash covers only
+// the templates it includes (an edit to one kernel does not stop the others' recorded results resuming).
 struct Specialization {
   std::string name_expression;
   std::vector<std::string> defines;  ///< "FT_FOO=1" (passed as -DFT_FOO=1)
+  std::string template_file;         ///< file in kernel_templates/ holding the kernel; empty: the family's template_file()
 };
 
 // Values on the host, widened to double. For inputs: exactly the values uploaded (already rounded to
@@ -142,7 +145,12 @@ class KernelFamily {
 
   virtual std::string name() const = 0;           ///< "weighted_row_sum"
   virtual std::string stage() const = 0;          ///< "forward"
-  virtual std::string template_file() const = 0;  ///< file name in kernel_templates/
+  virtual std::string template_file() const = 0;  ///< file name in kernel_templates/ (the family's main one)
+  /// The template config `c` of problem `p` compiles from: its Specialization's file, else template_file().
+  std::string template_file_for(const core::Config& c, const core::Problem& p) const {
+    Specialization s = specialize(c, p);
+    return s.template_file.empty() ? template_file() : std::move(s.template_file);
+  }
   virtual std::string description() const = 0;    ///< one line
 
   virtual std::vector<std::string> problem_dims() const = 0;  ///< required dimensions ("rows", "cols")

@@ -265,8 +265,6 @@ class ExperimentRun {
 
   void run_study(const experiment::Study& study) {
     const auto& family = *study.kernel;
-    const std::string source = jit::load_template(family.template_file(), m_opts.templates);
-    const std::string source_hash = template_source_hash(family.template_file(), m_opts.templates);
     const tuner::ConstraintSet constraints = experiment::constraint_set(study);
 
     for (const auto& problem : study.problems) {
@@ -296,12 +294,12 @@ class ExperimentRun {
       }
       say("== " + family.name() + "/" + family.stage() + " " + problem.key() + ": " + std::to_string(configs.size()) +
           " configs (" + std::to_string(pruned) + " pruned by constraints), strategy " + study.strategy.name + share);
-      run_problem(study, problem, source, source_hash, std::move(configs), learns ? -1 : first_unit);
+      run_problem(study, problem, std::move(configs), learns ? -1 : first_unit);
     }
   }
 
-  void run_problem(const experiment::Study& study, const core::Problem& problem, const std::string& source,
-                   const std::string& source_hash, std::vector<core::Config> configs, std::int64_t first_unit) {
+  void run_problem(const experiment::Study& study, const core::Problem& problem, std::vector<core::Config> configs,
+                   std::int64_t first_unit) {
     const auto& family = *study.kernel;
     // first_unit >= 0: each config is a unit (its enumeration index from first_unit); only this shard's are run.
     std::map<std::string, std::int64_t> unit_of;
@@ -316,9 +314,9 @@ class ExperimentRun {
     // Strategies see only the configs that can run on this device: budgets count runnable trials, and
     // the others are recorded invalid_config with their reason here, once, by the shard that owns them.
     const RunnableSplit split = split_runnable(family, configs, problem, m_limits);
-    record_unrunnable(study, problem, source_hash, split, unit_of, total);
+    record_unrunnable(study, problem, split, unit_of, total);
     configs = split.runnable;
-    prefetch_compiles(study, problem, source, configs, unit_of);
+    prefetch_compiles(study, problem, configs, unit_of);
     tuner::WarmStart warm;
     if (m_opts.warm_start && !(first_unit >= 0 && m_opts.shard.sharded())) warm = warm_start(family, problem, configs);
     auto strategy = tuner::make_warm_strategy(study.strategy, std::move(configs), warm);
@@ -346,7 +344,8 @@ class ExperimentRun {
       // Claimed before it runs (db::Store::claim_trial): another process running the same experiment into
       // this database skips what this one took, and the reverse, so no trial is run and recorded twice.
       const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
-                                                                 config->key(), source_hash, m_summary.device_key});
+                                                                 config->key(), source_of(family, *config, problem).hash,
+                                                                 m_summary.device_key});
       if (claim.outcome == db::Claim::Outcome::recorded) {
         const auto& prior = *claim.recorded;
         ++m_summary.resumed;
@@ -371,10 +370,10 @@ class ExperimentRun {
       // Early exit: with k = strategy.early_exit, a measurement stops once its median passes k x the best.
       m_early_exit.reset();
       if (study.strategy.early_exit > 1 && best) m_early_exit = measure::EarlyExit{best->median_ms, study.strategy.early_exit};
-      db::TrialRecord rec = trial_record(family, problem, *config, source_hash);
+      db::TrialRecord rec = trial_record(family, problem, *config);
       rec.seed = data.seed;
       m_in_flight = rec;  // what the watchdog records should this trial never finish
-      core::TrialResult result = run_trial(study, problem, *config, source, data);
+      core::TrialResult result = run_trial(study, problem, *config, data);
       m_in_flight.reset();
       rec.result = result;
       m_store->record_trial(rec);
@@ -392,13 +391,12 @@ class ExperimentRun {
     }
     m_early_exit.reset();
     if (best && m_gpu && !g_stop && !m_summary.poisoned && top.entries().size() > 1)
-      run_finalists(study, problem, source, data, top.configs(), error_of, *best);
+      run_finalists(study, problem, data, top.configs(), error_of, *best);
     if (best) m_summary.best.push_back(*best);
   }
 
   // A trial of this run: its keys filled in, its result empty.
-  db::TrialRecord trial_record(const kernels::KernelFamily& family, const core::Problem& problem, const core::Config& config,
-                               const std::string& source_hash) const {
+  db::TrialRecord trial_record(const kernels::KernelFamily& family, const core::Problem& problem, const core::Config& config) {
     db::TrialRecord rec;
     rec.run_id = m_summary.run_id;
     rec.experiment_name = m_exp.name;
@@ -406,15 +404,14 @@ class ExperimentRun {
     rec.stage = family.stage();
     rec.problem = problem;
     rec.config = config;
-    rec.source_hash = source_hash;
+    rec.source_hash = source_of(family, config, problem).hash;
     rec.device_key = m_summary.device_key;
     return rec;
   }
 
   // The configs of `split` that cannot run: recorded invalid_config (unless recorded before, or claimed
   // by another process), counted by kind of reason, and left out of `total` (the runnable ones to run).
-  void record_unrunnable(const experiment::Study& study, const core::Problem& problem, const std::string& source_hash,
-                         const RunnableSplit& split, const std::map<std::string, std::int64_t>& unit_of,
+  void record_unrunnable(const experiment::Study& study, const core::Problem& problem, const RunnableSplit& split, const std::map<std::string, std::int64_t>& unit_of,
                          std::size_t& total) {
     const auto& family = *study.kernel;
     RunnableSplit mine;  // this shard's
@@ -423,9 +420,10 @@ class ExperimentRun {
       if (!unit_of.empty() && !m_opts.shard.owns(unit_of.at(u.config.key()))) continue;
       mine.unrunnable.push_back(u);
       const auto claim = m_store->claim_trial(m_summary.run_id, {m_exp.name, family.stage(), family.name(), problem.key(),
-                                                                 u.config.key(), source_hash, m_summary.device_key});
+                                                                 u.config.key(), source_of(family, u.config, problem).hash,
+                                                                 m_summary.device_key});
       if (claim.outcome != db::Claim::Outcome::claimed) continue;
-      db::TrialRecord rec = trial_record(family, problem, u.config, source_hash);
+      db::TrialRecord rec = trial_record(family, problem, u.config);
       rec.result.status = TrialStatus::invalid_config;
       rec.result.reason = u.reason;
       m_store->record_trial(rec);
@@ -446,8 +444,7 @@ class ExperimentRun {
   // starting at finalist r, so drift of the GPU hits them alike; a tie within the noise band is broken by
   // the tuner's fixed rule and reported. Each slot is one measure() with 1/rounds of the study's time
   // and samples. The trials in the store keep their search measurements; the winner is this run's best.
-  void run_finalists(const experiment::Study& study, const core::Problem& problem, const std::string& source,
-                     ProblemData& data, const std::vector<core::Config>& finalists,
+  void run_finalists(const experiment::Study& study, const core::Problem& problem, ProblemData& data, const std::vector<core::Config>& finalists,
                      const std::map<std::string, double>& error_of, BestOfProblem& best) {
     const auto& family = *study.kernel;
     const int rounds = study.strategy.finalist_rounds;
@@ -459,7 +456,7 @@ class ExperimentRun {
     try {
       std::vector<std::unique_ptr<Ready>> ready;  // stable addresses: each launch refers to its args
       for (const auto& c : finalists) {
-        const auto compiled = m_compiler->compile(compile_request(family, c, problem, source));
+        const auto compiled = m_compiler->compile(compile_request(family, c, problem));
         if (!compiled.record.ok) throw core::Error("recompiling " + c.key() + " failed");
         auto r = std::make_unique<Ready>();
         r->module.emplace(compiled.cubin);
@@ -560,32 +557,45 @@ class ExperimentRun {
   // runnable on the device, not yet recorded) are queued on all CPU cores but one, in the order the space
   // lists them; run_trial()'s compile then finds each one done or in progress. A learning strategy picks
   // its configs one by one, so its compiles are not guessed ahead.
-  void prefetch_compiles(const experiment::Study& study, const core::Problem& problem, const std::string& source,
-                         const std::vector<core::Config>& configs, const std::map<std::string, std::int64_t>& unit_of) {
+  void prefetch_compiles(const experiment::Study& study, const core::Problem& problem, const std::vector<core::Config>& configs, const std::map<std::string, std::int64_t>& unit_of) {
     const auto& st = study.strategy;
     const bool proposes_all = st.name == "exhaustive" ||
                               (st.name == "random" && (st.budget_trials == 0 || st.budget_trials >= std::int64_t(configs.size())));
     if (!proposes_all || m_opts.prefetch_threads < 0) return;
     const auto& family = *study.kernel;
-    const std::string source_hash = template_source_hash(family.template_file(), m_opts.templates);
     std::vector<jit::CompileRequest> reqs;
     for (const auto& c : configs) {
       if (!unit_of.empty() && !m_opts.shard.owns(unit_of.at(c.key()))) continue;
       if (family.can_run(c, problem, m_limits)) continue;
-      if (m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(), c.key(), source_hash,
-                                     m_summary.device_key))
+      if (m_store->find_trial_result(m_exp.name, family.stage(), family.name(), problem.key(), c.key(),
+                                     source_of(family, c, problem).hash, m_summary.device_key))
         continue;
-      reqs.push_back(compile_request(family, c, problem, source));
+      reqs.push_back(compile_request(family, c, problem));
     }
     if (reqs.size() > 1) m_compiler->prefetch(std::move(reqs), unsigned(m_opts.prefetch_threads));
   }
 
+  // The template config compiles from, its text and source hash, read once per file in a run.
+  struct TemplateSource {
+    std::string file, text, hash;
+  };
+  const TemplateSource& source_of(const kernels::KernelFamily& family, const core::Config& config,
+                                  const core::Problem& problem) {
+    const std::string file = family.template_file_for(config, problem);
+    auto it = m_sources.find(file);
+    if (it == m_sources.end())
+      it = m_sources.emplace(file, TemplateSource{file, jit::load_template(file, m_opts.templates),
+                                                  template_source_hash(file, m_opts.templates)}).first;
+    return it->second;
+  }
+
   jit::CompileRequest compile_request(const kernels::KernelFamily& family, const core::Config& config,
-                                      const core::Problem& problem, const std::string& source) const {
+                                      const core::Problem& problem) {
     const auto spec = family.specialize(config, problem);
+    const TemplateSource& source = source_of(family, config, problem);
     jit::CompileRequest req;
-    req.source = source;
-    req.source_name = family.template_file();
+    req.source = source.text;
+    req.source_name = source.file;
     req.name_expression = spec.name_expression;
     req.defines = spec.defines;
     req.arch = m_limits.arch;
@@ -649,7 +659,7 @@ class ExperimentRun {
   }
 
   core::TrialResult run_trial(const experiment::Study& study, const core::Problem& problem, const core::Config& config,
-                              const std::string& source, ProblemData& data) {
+                              ProblemData& data) {
     const auto& family = *study.kernel;
     core::TrialResult r;
     if (auto why = family.can_run(config, problem, m_limits)) {
@@ -659,7 +669,7 @@ class ExperimentRun {
     const auto shape = family.launch_shape(config, problem, m_limits);
     jit::CompileOutput compiled;
     try {
-      compiled = m_compiler->compile(compile_request(family, config, problem, source));
+      compiled = m_compiler->compile(compile_request(family, config, problem));
     } catch (const std::exception& e) {
       r.status = TrialStatus::compile_failed, r.reason = e.what();
       return r;
@@ -803,6 +813,7 @@ class ExperimentRun {
   std::optional<jit::Compiler> m_compiler;
   std::vector<jit::TemplateFile> m_headers;
   db::Store* m_store = nullptr;
+  std::map<std::string, TemplateSource> m_sources;  // by file name: text and hash, read once per run
   std::optional<measure::EarlyExit> m_early_exit;  // for the trial in flight; nullopt: measure to the end
 };
 

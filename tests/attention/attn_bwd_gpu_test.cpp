@@ -76,8 +76,8 @@ class Launcher {
     ASSERT_EQ(specs.size(), tensors.size()) << f.name();
     ASSERT_EQ(f.can_run(c, p, m_info.limits), std::nullopt) << f.name() << " " << c.key();
     jit::CompileRequest req;
-    req.source = jit::load_template(f.template_file(), std::nullopt);
-    req.source_name = f.template_file();
+    req.source_name = f.template_file_for(c, p);
+    req.source = jit::load_template(req.source_name, std::nullopt);
     req.name_expression = f.specialize(c, p).name_expression;
     req.arch = m_info.arch;
     req.headers = jit::template_headers(std::nullopt);

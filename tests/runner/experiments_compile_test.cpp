@@ -40,7 +40,6 @@ TEST(ExperimentFiles, EveryRunnableConfigCompilesForSm80AndSm90a) {
       const auto limits = core::DeviceLimits::for_arch(arch);
       for (const auto& study : exp.studies) {
         const auto& family = *study.kernel;
-        const std::string source = jit::load_template(family.template_file(), std::nullopt);
         for (const auto& problem : study.problems) {
           for (const auto& config : experiment::candidates(study, problem)) {
             if (family.can_run(config, problem, limits)) continue;
@@ -49,8 +48,8 @@ TEST(ExperimentFiles, EveryRunnableConfigCompilesForSm80AndSm90a) {
             for (const auto& d : spec.defines) key += " -D" + d;
             if (!done.insert(key).second) continue;
             Job job;
-            job.req.source = source;
-            job.req.source_name = family.template_file();
+            job.req.source_name = family.template_file_for(config, problem);
+            job.req.source = jit::load_template(job.req.source_name, std::nullopt);
             job.req.name_expression = spec.name_expression;
             job.req.defines = spec.defines;
             job.req.arch = arch;
