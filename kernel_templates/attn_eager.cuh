@@ -11,7 +11,9 @@
 // per row (blocks stride over rows, four elements per access where the row length allows) and
 // reduce in fp32 like PyTorch's CUDA softmax and reductions. The softmax is PyTorch's: max, sum of
 // exp(x - max), exp(x - max) / sum; a row that is all -inf therefore gives NaN, as torch.softmax does.
-#include "attn_common.cuh"
+#include "ft/mask.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 enum AttnEagerOp : int {
   kEagerRepeatKv = 0,    // out[b, h, s, :] = a[b, h / group, s, :]; n = batch * heads_q * seq_k * head_dim

@@ -2,13 +2,16 @@
 // S = scale * Q K^T was materialized by a cuBLAS GEMM (batch, heads_q, seq_q, seq_k); this kernel turns
 // each row of S into P in place, P_ij = exp(S_ij - LSE_i) on visible keys and 0 elsewhere, and writes
 // LSE_i = log(sum_visible exp(S_ij) [+ exp(sink_h)]) (natural log, fp32); a cuBLAS GEMM then makes O = P V.
-// The mask and sink rules are attn_common.cuh's (DESIGN.md "Attention conventions"); a row with no
+// The mask and sink rules are ft/mask.cuh's (DESIGN.md "Attention conventions"); a row with no
 // visible key gets P = 0 (so O = 0) and LSE = -inf, or LSE = sink_h with a learned sink.
 //
 // One block per row (blocks stride over rows): one pass keeps each thread's running (max, sum), merged
 // across the block; a second pass writes P. T is S's storage type (float, ft_half, ft_bf16); math in fp32.
 // Rows are read with 16-byte loads when seq_k keeps them 16-byte aligned, element by element otherwise.
-#include "attn_common.cuh"
+#include "ft/mask.cuh"
+#include "ft/softmax.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 // __launch_bounds__(kBlockThreads, 1): without the minimum of one block per SM, ptxas (NVRTC 13.0,
 // sm_80) holds 1024-thread instantiations to 32 registers and spills.

@@ -173,7 +173,7 @@ class AttnBwdPreprocess final : public AttnBwdBase {
  public:
   std::string name() const override { return "attn_bwd_preprocess"; }
   std::string stage() const override { return "backward_preprocess"; }
-  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string template_file() const override { return "attn_bwd_rows.cuh"; }
   std::string description() const override { return "attention backward stage 1: D = rowsum(dO * O) in fp32"; }
   std::vector<TunableSpec> tunables() const override {
     return {{"block_m", {32, 64, 128}, "query rows per block"}, {"num_warps", {2, 4, 8}, "warps per block"}};
@@ -223,7 +223,7 @@ class AttnBwdDsink final : public AttnBwdBase {
  public:
   std::string name() const override { return "attn_bwd_dsink"; }
   std::string stage() const override { return "backward_dsink"; }
-  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string template_file() const override { return "attn_bwd_rows.cuh"; }
   std::string description() const override {
     return "attention backward: learned-sink gradient -sum_i exp(s_h - LSE_i) D_i, one block per head, deterministic";
   }
@@ -314,7 +314,7 @@ class AttnBwdGrad : public AttnBwdBase {
     return {bwd_params(p, bindings(c, p))};
   }
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (p.dtype == core::DType::f32) return {attn_bwd_f32::name_expression(f32_stage(), c, p), {}};
+    if (p.dtype == core::DType::f32) return {attn_bwd_f32::name_expression(f32_stage(), c, p), {}, "attn_bwd_f32.cuh"};
     return {kernel() + "<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
                 n(c.at("block_n")) + ", " + n(c.at("num_warps")) + ", " + n(c.at("num_stages")) + ", " +
                 bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ">",
@@ -519,7 +519,8 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(p) + ", " + n(p.at("head_dim")) + ", " + n(c.at("block_m")) + ", " +
                 n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
                 bool_arg(p.get("window", 0) > 0) + ">",
-            {}};
+            {},
+            "attn_bwd_sm90.cuh"};
   }
   std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
     return {bwd_params(p, bindings(c, p)).set(offsetof(BwdParams, sink_split), std::int32_t(active_split(c, p)))};
@@ -769,6 +770,7 @@ class AttnBwdDqDelta final : public AttnBwdDq {
 class AttnBwdFused final : public AttnBwdGrad {
  public:
   std::string name() const override { return "attn_bwd_fused"; }
+  std::string template_file() const override { return "attn_bwd_sm90.cuh"; }
   std::string stage() const override { return "backward_fused"; }
   std::string description() const override {
     return "attention backward dK, dV and dQ in one pass (sm_90a wgmma): attn_bwd_dkdv's key-tile loop, dQ added "

@@ -1,7 +1,8 @@
-// harness/kernels/attn_fwd.cpp: the attn_fwd family, FlashAttention-2 style fused attention forward
-// (kernel_templates/attn_fwd.cuh). fp16 / bf16 on tensor cores: mma = 80, mma.sync m16n8k16 with ldmatrix
-// and a cp.async pipeline of num_stages K/V tiles (sm_80+); mma = 90, Hopper warpgroup MMA (wgmma, sm_90a;
-// attn_fwd_sm90.cuh). fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.hpp).
+// harness/kernels/attn_fwd.cpp: the attn_fwd family, FlashAttention-2 style fused attention forward. fp16 / bf16
+// on tensor cores: mma = 80, mma.sync m16n8k16 with ldmatrix and a cp.async pipeline of num_stages K/V tiles
+// (sm_80+; kernel_templates/attn_fwd.cuh); mma = 90, Hopper warpgroup MMA (wgmma, sm_90a; attn_fwd_sm90.cuh).
+// fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.cuh, attn_fwd_f32.hpp). Each config compiles from
+// its kernel's own template (Specialization::template_file).
 // Causal, sliding window, sink tokens and learned sinks are compile-time switches; GQA is a head map.
 #include <algorithm>
 #include <cmath>
@@ -109,7 +110,7 @@ class AttnFwd final : public attn::AttentionFamily {
   }
 
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}};
+    if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}, "attn_fwd_f32.cuh"};
     const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
     if (mma_of(c) == 90)
       return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
@@ -119,7 +120,8 @@ class AttnFwd final : public attn::AttentionFamily {
                   bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
                   bool_arg(p.get("learned_sinks", 0)) +
                   (pack_of(c) > 1 ? ", " + std::to_string(pack_of(c)) : std::string()) + ">",
-              {}};
+              {},
+              "attn_fwd_sm90.cuh"};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
                 std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
                 std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +

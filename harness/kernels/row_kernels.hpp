@@ -12,7 +12,7 @@
 
 namespace flashtune::kernels::row {
 
-/// Element type as the templates spell it: "float", "ft_half", "ft_bf16" (kernel_templates/ft_common.cuh).
+/// Element type as the templates spell it: "float", "ft_half", "ft_bf16" (kernel_templates/ft/types.cuh).
 std::string device_type_name(core::DType d);
 
 /// block_threads, rows_per_block, vec with their default search values.
