@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 
 #include "harness/cuda/module.hpp"
 #include "harness/kernels/builtin.hpp"
@@ -237,25 +238,27 @@ class AttnEager final : public attn::AttentionFamily {
   }
 
  private:
-  // One op's kernel arguments; buffers by index into the launch's buffer table.
+  // One op's kernel argument, the parameter struct; buffers by index into the launch's buffer table.
   static std::vector<KernelArg> op_args(const core::Problem& p, EagerOp op, int a, int b, int out, std::int64_t n,
                                         std::int64_t cols, bool a_f32 = false) {
     const std::int64_t d = p.at("head_dim");
-    return {std::int32_t(op),
-            BufferArg{a},
-            BufferArg{b},
-            BufferArg{out},
-            std::int64_t(n),
-            std::int32_t(cols),
-            std::int32_t(a_f32 ? 1 : 0),
-            std::int32_t(p.at("heads_q")),
-            std::int32_t(p.at("heads_q") / p.at("heads_kv")),
-            std::int32_t(p.at("seq_q")),
-            std::int32_t(p.at("seq_k")),
-            std::int32_t(d),
-            std::int32_t(p.get("window", 0)),
-            std::int32_t(p.get("sink_tokens", 0)),
-            float(1.0 / std::sqrt(double(d)))};
+    FtAttnEagerParams e{};
+    e.n = n;
+    e.op = std::int32_t(op);
+    e.cols = std::int32_t(cols);
+    e.a_f32 = a_f32 ? 1 : 0;
+    e.heads_q = std::int32_t(p.at("heads_q"));
+    e.group = std::int32_t(p.at("heads_q") / p.at("heads_kv"));
+    e.seq_q = std::int32_t(p.at("seq_q"));
+    e.seq_k = std::int32_t(p.at("seq_k"));
+    e.head_dim = std::int32_t(d);
+    e.window = std::int32_t(p.get("window", 0));
+    e.sink_tokens = std::int32_t(p.get("sink_tokens", 0));
+    e.scale = float(1.0 / std::sqrt(double(d)));
+    return {ParamsArg::of(e)
+                .bind(offsetof(FtAttnEagerParams, a), a)
+                .bind(offsetof(FtAttnEagerParams, b), b)
+                .bind(offsetof(FtAttnEagerParams, out), out)};
   }
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 
 #include "harness/cuda/module.hpp"
 #include "harness/kernels/attention.hpp"
@@ -68,17 +69,17 @@ class AttnNaive final : public attn::AttentionFamily {
     return b;
   }
 
-  // The softmax kernel's: (s, lse, sinks, rows, heads_q, seq_q, seq_k, window, sink_tokens).
+  // The softmax kernel's parameter struct, S, LSE and the sinks bound to their buffers.
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{kS},
-            BufferArg{attn::kLse},
-            BufferArg{attn::kSinks},
-            std::int64_t(attn::score_rows(p)),
-            std::int32_t(p.at("heads_q")),
-            std::int32_t(p.at("seq_q")),
-            std::int32_t(p.at("seq_k")),
-            std::int32_t(p.get("window", 0)),
-            std::int32_t(p.get("sink_tokens", 0))};
+    using P = FtAttnNaiveParams<void>;
+    P n{};
+    n.rows = attn::score_rows(p);
+    n.heads_q = std::int32_t(p.at("heads_q"));
+    n.seq_q = std::int32_t(p.at("seq_q"));
+    n.seq_k = std::int32_t(p.at("seq_k"));
+    n.window = std::int32_t(p.get("window", 0));
+    n.sink_tokens = std::int32_t(p.get("sink_tokens", 0));
+    return {ParamsArg::of(n).bind(offsetof(P, s), kS).bind(offsetof(P, lse), attn::kLse).bind(offsetof(P, sinks), attn::kSinks)};
   }
 
   bool launches_itself() const override { return true; }
