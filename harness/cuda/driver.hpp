@@ -24,7 +24,8 @@ namespace flashtune::cuda {
   X(cuLaunchKernel)                                                                                   \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime)                                                                               \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                       \
+  X(cuTensorMapEncodeTiled)
 
 // Function pointers into libcuda.so.1. Call as `driver().cuMemAlloc(&ptr, bytes)` (the header's macros
 // apply to the member names too). All members are non-null once driver() returned.

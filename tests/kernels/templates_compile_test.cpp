@@ -2,9 +2,11 @@
 // kernel (storage type x block_threads x causal x window x learned sinks), of the attn_eager op kernel
 // (storage type x block_threads x causal x window) and every config of
 // softmax_matmul's default space that can run (x dtype) compile with NVRTC for sm_80 and sm_90a without
-// spills. Instantiations are compiled explicitly, a few NVRTC calls in parallel per arch.
+// spills. Instantiations are compiled explicitly, a few NVRTC calls in parallel per arch. And every header of the
+// device library on its own (sm_90a), with its TMA / mbarrier / warp-role wrappers used.
 #include <gtest/gtest.h>
 
+#include "harness/jit/template_store.hpp"
 #include "harness/kernels/family.hpp"
 #include "tests/kernels/kernel_test_support.hpp"
 
@@ -81,3 +83,33 @@ TEST(TemplatesCompile, EverySoftmaxMatmulDefaultConfigForSm80AndSm90a) {
 
 }  // namespace
 }  // namespace flashtune::kernels
+
+// Every header of the device library (kernel_templates/ft/) compiles on its own for sm_90a: each includes what
+// it uses. A use of each PTX wrapper header is instantiated too, so ptxas sees its instructions.
+TEST(TemplatesCompile, EveryDeviceLibraryHeaderCompilesAlone) {
+  int headers = 0;
+  for (const auto& name : flashtune::jit::embedded_template_names()) {
+    if (name.rfind("ft/", 0) != 0) continue;
+    ++headers;
+    const auto r = flashtune::testing::compile_instantiations("#include \"" + name + "\"\n__global__ void ft_header_probe() {}\n",
+                                                   "ft_header_probe.cu", {}, "sm_90a");
+    EXPECT_TRUE(r.record.ok) << name << "\n" << r.record.log;
+  }
+  EXPECT_GE(headers, 12);
+  // The TMA / mbarrier / warp-role wrappers in one kernel (tests/cuda/tma_gpu_test runs a real copy).
+  const auto r = flashtune::testing::compile_instantiations(R"(#include "ft/tma.cuh"
+__global__ void ft_tma_probe(const __grid_constant__ FtTensorMap map, int c) {
+  __shared__ __align__(1024) unsigned char tile[64 * 128];
+  __shared__ unsigned long long bar;
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(&bar));
+  const unsigned t = static_cast<unsigned>(__cvta_generic_to_shared(tile));
+  if (threadIdx.x == 0) { ft_mbarrier_init(b, 1); ft_fence_mbarrier_init(); }
+  __syncthreads();
+  if (threadIdx.x == 0) { ft_mbarrier_arrive_expect_tx(b, sizeof tile); ft_tma_load_2d(t, map, b, c, 0); }
+  ft_mbarrier_wait(b, 0);
+  if (threadIdx.x >= 128) { ft_setmaxnreg_dec<40>(); ft_named_barrier_arrive(1, 256); }
+  else { ft_setmaxnreg_inc<232>(); ft_named_barrier_sync(1, 256); }
+}
+)", "ft_tma_probe.cu", {}, "sm_90a");
+  EXPECT_TRUE(r.record.ok) << r.record.log;
+}
