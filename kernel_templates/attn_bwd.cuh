@@ -53,6 +53,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     kTileBytes = kBlockM * kHeadDim * 2,
     kStageBytes = 2 * kTileBytes + 2 * kBlockM * 4,  // Q, dO, LSE, D
   };
+  static_assert(kStageBytes == FtAttnSmem::dkdv_stage(kHeadDim, kBlockM) &&
+                    FtAttnSmem::dkdv_mma(kHeadDim, kBlockM, kBlockN, kStages) == 4LL * kBlockN * kHeadDim + 1LL * kStages * kStageBytes,
+                "the host's shared memory size is this layout's");
   const float kLog2e = 1.4426950408889634f;
   constexpr FtLoad kLoad = FtLoadFor<kHeadDim, kThreads, kMinBlocks>::value;
   const int split = kWindow ? p.sink_split : 1;
@@ -243,7 +246,11 @@ __device__ __forceinline__ void attn_bwd_dq_body(const FtAttnBwdParams<T> p) {
   const unsigned smem_q = ft_smem_u32(ft_smem);
   const unsigned smem_do = smem_q + kRowBytes;
   const unsigned smem_o = smem_do + kRowBytes;  // inline D only
-  const unsigned smem_kv = smem_do + (kInlineDelta ? 2 : 1) * kRowBytes;  // stage s: K at + 2s * kTileBytes, V after it
+  const unsigned smem_kv = smem_q + unsigned(FtAttnSmem::dq_kv(kHeadDim, kBlockM, kInlineDelta));  // stage s: K at + 2s * kTileBytes, V after it
+  static_assert(FtAttnSmem::dq_kv(kHeadDim, kBlockM, kInlineDelta) == (kInlineDelta ? 3 : 2) * kRowBytes &&
+                    FtAttnSmem::dq_mma(kHeadDim, kBlockM, kBlockN, kStages, kInlineDelta) ==
+                        FtAttnSmem::dq_kv(kHeadDim, kBlockM, kInlineDelta) + 2LL * kStages * kTileBytes,
+                "the host's shared memory size is this layout's");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;

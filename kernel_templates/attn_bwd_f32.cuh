@@ -243,6 +243,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float* const s_stages = s_v + kBlockN * kS;
   float* const s_p = s_stages + kStages * kStage;  // FFMA: P^T of all keys, then dS^T
   float* const s_ds = s_p + kBlockN * kPS;
+  static_assert(FtAttnSmem::dkdv_f32(kHeadDim, kBlockM, kBlockN, kStages, kTf32) ==
+                    4LL * (2LL * kBlockN * kS + 1LL * kStages * kStage + (kTf32 ? 0 : 2LL * kBlockN * kPS)),
+                "the host's shared memory size is this layout's");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h_kv = blockIdx.y, b = blockIdx.z;
@@ -398,6 +401,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   float* const s_do = s_q + kBlockM * kS;
   float* const s_kv = s_do + kBlockM * kS;        // stage s: K at 2 s kTile, V after it
   float* const s_ds = s_kv + 2 * kStages * kTile;  // FFMA only
+  static_assert(FtAttnSmem::dq_f32(kHeadDim, kBlockM, kBlockN, kStages, kTf32) ==
+                    4LL * (2LL * kBlockM * kS + 2LL * kStages * kTile + (kTf32 ? 0 : 1LL * kBlockM * kPS)),
+                "the host's shared memory size is this layout's");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // heaviest (causal: last) query blocks first

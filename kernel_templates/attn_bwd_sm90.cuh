@@ -61,7 +61,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     kPSteps = kBlockM / 16,                  // k16 steps of P^T dO, dS^T Q
     kKvBytes = kBlockN * kHeadDim * 2,
     kTileBytes = kBlockM * kHeadDim * 2,
-    kStageBytes = (2 * kTileBytes + 8 * kBlockM + 1023) / 1024 * 1024,  // Q, dO, LSE, D
+    kStageBytes = int(FtAttnSmem::bwd_wgmma_stage(kHeadDim, kBlockM)),  // Q, dO, LSE, D, rounded up to 1 KiB
     kSlabKv = kBlockN * 128,                 // bytes between 64-column slabs of a K or V tile
     kSlabQ = kBlockM * 128,                  // ... of a Q or dO tile
     kDsBytes = kFusedDq ? kBlockN * kBlockM * 2 : 0,  // the dS^T tile (fused dQ)
@@ -74,6 +74,10 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     kDqPieces = kDqRowBlocks * kDqSplit,
   };
   static_assert(!kFusedDq || kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
+  static_assert(kStageBytes >= 2 * kTileBytes + 8 * kBlockM &&
+                    FtAttnSmem::bwd_wgmma(kHeadDim, kBlockM, kBlockN, kStages, kFusedDq) ==
+                        1024 + 2LL * kKvBytes + kDsBytes + 1LL * kStages * kStageBytes,
+                "the host's shared memory size is this layout's (1 KiB: the alignment of smem_k)");
   constexpr FtLoad kLoad = kFusedDq ? FtLoad::kRolled : FtLoad::kLean;  // the fused pass spills unrolled
   const float kLog2e = 1.4426950408889634f;
   extern __shared__ unsigned char ft_smem_dkdv90[];

@@ -36,7 +36,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 
   extern __shared__ __align__(128) unsigned char ft_smem[];
   const unsigned smem_q = ft_smem_u32(ft_smem);
-  const unsigned smem_kv = smem_q + kBlockM * kHeadDim * 2;  // stage s: K at + 2s * kTileBytes, V after it
+  const unsigned smem_kv = smem_q + unsigned(FtAttnSmem::fwd_kv(kHeadDim, kBlockM));  // stage s: K at + 2s * kTileBytes, V after it
+  static_assert(FtAttnSmem::fwd_mma(kHeadDim, kBlockM, kBlockN, kStages) ==
+                    FtAttnSmem::fwd_kv(kHeadDim, kBlockM) + 2LL * kStages * kTileBytes,
+                "the host's shared memory size is this layout's");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;  // accumulator row group and column pair of this lane

@@ -388,6 +388,9 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   float* const s_k = s_q + kBlockM * T::kStride;
   float* const s_v = s_k + kStages * T::kTileFloats;
   float* const s_p = s_v + kStages * T::kTileFloats;  // FFMA only
+  static_assert(FtAttnSmem::fwd_f32(kHeadDim, kBlockM, kBlockN, kStages, kTf32) ==
+                    4LL * (kBlockM * T::kStride + 2LL * kStages * T::kTileFloats + (kTf32 ? 0 : kBlockM * T::kPStride)),
+                "the host's shared memory size is this layout's");
 
   const int h = blockIdx.y, b = blockIdx.z, h_kv = h / (p.heads_q / p.heads_kv);
   Slice s;

@@ -48,7 +48,10 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
 
   extern __shared__ unsigned char ft_smem_sm90[];
   const unsigned smem_q = (ft_smem_u32(ft_smem_sm90) + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
-  const unsigned smem_kv = smem_q + kBlockM * kHeadDim * 2;  // stage s: K at + 2s * kTileBytes, V after it
+  const unsigned smem_kv = smem_q + unsigned(FtAttnSmem::fwd_kv(kHeadDim, kBlockM));  // stage s: K at + 2s * kTileBytes, V after it
+  static_assert(FtAttnSmem::fwd_wgmma(kHeadDim, kBlockM, kBlockN, kStages) ==
+                    1024 + FtAttnSmem::fwd_kv(kHeadDim, kBlockM) + 2LL * kStages * kTileBytes,
+                "the host's shared memory size is this layout's (1 KiB: the alignment of smem_q)");
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;

@@ -80,6 +80,57 @@ struct FtAttnEagerParams {
   float scale;  // softmax scale (kEagerScale)
 };
 
+// ---------------------------------------------------------------------------------------------
+// Dynamic shared memory of the attention kernels [bytes] as functions of their template arguments: the host
+// sizes each launch with them and the kernels lay their tiles out by them, so the two cannot drift. 16-bit
+// tiles are rows x head_dim x 2 bytes; the fp32 kernels' rows are padded to head_dim + 4 floats.
+#ifdef __CUDACC_RTC__
+#define FT_HOST_DEVICE __host__ __device__
+#else
+#define FT_HOST_DEVICE
+#endif
+struct FtAttnSmem {
+  // attn_fwd_mma_kernel: the Q tile, then `stages` (K tile, V tile) pairs from offset fwd_kv.
+  static constexpr FT_HOST_DEVICE long long fwd_kv(int hd, int bm) { return 2LL * bm * hd; }
+  static constexpr FT_HOST_DEVICE long long fwd_mma(int hd, int bm, int bn, int stages) {
+    return fwd_kv(hd, bm) + 4LL * stages * bn * hd;
+  }
+  // attn_fwd_wgmma_kernel: the same tiles from the first 1024-byte boundary (the 128-byte swizzle's atoms).
+  static constexpr FT_HOST_DEVICE long long fwd_wgmma(int hd, int bm, int bn, int stages) {
+    return fwd_mma(hd, bm, bn, stages) + 1024;
+  }
+  // attn_bwd_dkdv_kernel: the K and V tiles (bn rows), then `stages` x (Q, dO tiles, LSE, D of bm rows).
+  static constexpr FT_HOST_DEVICE long long dkdv_stage(int hd, int bm) { return 4LL * bm * hd + 8LL * bm; }
+  static constexpr FT_HOST_DEVICE long long dkdv_mma(int hd, int bm, int bn, int stages) {
+    return 4LL * bn * hd + stages * dkdv_stage(hd, bm);
+  }
+  // attn_bwd_dq(_delta)_kernel: the Q, dO (and, with D inline, O) tiles, then `stages` (K, V) pairs from dq_kv.
+  static constexpr FT_HOST_DEVICE long long dq_kv(int hd, int bm, bool inline_delta) {
+    return (inline_delta ? 6LL : 4LL) * bm * hd;
+  }
+  static constexpr FT_HOST_DEVICE long long dq_mma(int hd, int bm, int bn, int stages, bool inline_delta) {
+    return dq_kv(hd, bm, inline_delta) + 4LL * stages * bn * hd;
+  }
+  // The wgmma dK / dV pass (fused: with the dS^T tile, bn x bm): from the first 1024-byte boundary, the K and V
+  // tiles, [dS^T], then `stages` x (Q, dO, LSE, D) each rounded up to 1 KiB.
+  static constexpr FT_HOST_DEVICE long long bwd_wgmma_stage(int hd, int bm) { return (dkdv_stage(hd, bm) + 1023) / 1024 * 1024; }
+  static constexpr FT_HOST_DEVICE long long bwd_wgmma(int hd, int bm, int bn, int stages, bool fused) {
+    return 4LL * bn * hd + (fused ? 2LL * bn * bm : 0) + stages * bwd_wgmma_stage(hd, bm) + 1024;
+  }
+  // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
+  static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {
+    return 4LL * ((bm + 2LL * stages * bn) * (hd + 4) + (tf32 ? 0 : bm * (bn + 8LL)));
+  }
+  // attn_bwd_dkdv_f32_kernel: K, V; `stages` x (Q, dO, LSE, D); FFMA: P^T and dS^T (bn x (bm + 8) each).
+  static constexpr FT_HOST_DEVICE long long dkdv_f32(int hd, int bm, int bn, int stages, bool tf32) {
+    return 4LL * (2LL * bn * (hd + 4) + stages * (2LL * bm * (hd + 4) + 2LL * bm) + (tf32 ? 0 : 2LL * bn * (bm + 8)));
+  }
+  // attn_bwd_dq_f32_kernel: Q, dO; `stages` (K, V) pairs; FFMA: dS (bm x (bn + 8)).
+  static constexpr FT_HOST_DEVICE long long dq_f32(int hd, int bm, int bn, int stages, bool tf32) {
+    return 4LL * (2LL * bm * (hd + 4) + 2LL * stages * bn * (hd + 4) + (tf32 ? 0 : bm * (bn + 8LL)));
+  }
+};
+
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
