@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/problem_views.hpp"
 #include "kernel_templates/attn_params.cuh"
 #include "reference/attention.hpp"
 
@@ -18,17 +19,14 @@ namespace flashtune::kernels::attn {
 /// Buffer indices in buffers() order.
 enum Buffer : int { kQ = 0, kK = 1, kV = 2, kSinks = 3, kO = 4, kLse = 5 };
 
-/// The forward's parameter struct of problem p (shape, mask, scale, contiguous strides), as one kernel
+/// The forward's parameter struct of problem s (shape, mask, scale, contiguous strides), as one kernel
 /// argument with Q, K, V, sinks, O and LSE bound to their buffers.
-KernelArg fwd_params(const core::Problem& p);
-
-/// The problem as the reference sees it (scale 1/sqrt(head_dim)).
-reference::AttnShape shape_of(const core::Problem& p);
+KernelArg fwd_params(const Shape& s);
 
 /// Query rows the reference computes: all of them when batch * heads_q * seq_q * seq_k * head_dim is at
 /// most `budget`, else the first and last four rows plus evenly spread rows (offset by a varying amount so
 /// that they land at every position inside a tile), as many as the budget allows (at least 16).
-std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget);
+std::vector<std::int64_t> reference_rows(const Shape& s, double budget);
 
 inline constexpr double kReferenceBudget = 4e8;  ///< multiply-adds per reference precision
 
@@ -36,12 +34,6 @@ inline constexpr double kReferenceBudget = 4e8;  ///< multiply-adds per referenc
 const char* bool_arg(std::int64_t v);
 /// The kernel templates' storage type of a dtype: "float", "ft_half", "ft_bf16".
 const char* storage_type(core::DType d);
-
-/// Query rows of the score matrix: batch * heads_q * seq_q.
-std::int64_t score_rows(const core::Problem& p);
-
-/// True when some query row sees no key (causal with seq_q > seq_k: rows i < seq_q - seq_k).
-bool has_rows_without_keys(const core::Problem& p);
 
 /// nullopt when cuBLAS's int arguments hold a baseline's GEMMs: `rows` query rows per GEMM (a GQA group's
 /// rows, or one head's), `batch` GEMMs per call; else why not.
@@ -54,7 +46,7 @@ std::optional<std::string> check_block_threads(const core::Config& c, const core
 /// (f32: none): each rounding moves a logit by up to u |S| (u: the unit roundoff, 2^-11 fp16, 2^-8 bf16),
 /// LSE by up to u max|S| and O by up to 2 u max|S| (O is a convex combination of V in [-1, 1]). With Q, K
 /// in [-r, r] the scaled logits have standard deviation r^2 / 3, so max|S| ~ 1.5 r^2 (4.5 sigma).
-double rounded_scores_atol(const core::Problem& p, double base, int roundings);
+double rounded_scores_atol(const Shape& s, double base, int roundings);
 
 /// The two GEMMs of a materialized-score baseline, batched over `groups` (batch, kv head) pairs whose
 /// `rows` query rows are contiguous in Q, S, P and O (GQA: a group's query heads one after another; with

@@ -76,16 +76,17 @@ class AttnFwd final : public attn::AttentionFamily {
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
+    const attn::Shape s(p);
     const std::int64_t mma = mma_of(c);
-    if (p.dtype == core::DType::f32)
+    if (s.dtype == core::DType::f32)
       return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1 && pack_of(c) == 1
-                 ? attn_f32::can_run(c, p, d)
+                 ? attn_f32::can_run(c, s, d)
                  : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) "
                                               "are fp16/bf16 options; fp32 uses mma 80, mma_pipe 1, min_blocks 1, "
                                               "epilogue 1, pack_heads 1");
-    if (mma == 90) return wgmma_can_run(c, p, d);
+    if (mma == 90) return wgmma_can_run(c, s, d);
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
     if (bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
       return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
@@ -94,7 +95,7 @@ class AttnFwd final : public attn::AttentionFamily {
     if (min_blocks_of(c) != 1 || epilogue_of(c) != 1 || pack_of(c) != 1)
       return "min_blocks, epilogue and pack_heads are wgmma (mma 90) options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
-    const std::int64_t smem = mma_smem(c, p);
+    const std::int64_t smem = mma_smem(c, s);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
     // Registers per thread, roughly: O accumulators (rows/warp * hd / 32), S (rows/warp * bn / 32), Q
@@ -109,54 +110,54 @@ class AttnFwd final : public attn::AttentionFamily {
   }
 
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}};
-    const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
+    const attn::Shape s(p);
+    if (s.dtype == core::DType::f32) return {attn_f32::name_expression(c, s), {}};
+    const std::string t = s.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
     if (mma_of(c) == 90)
-      return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
+      return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(s.head_dim) + ", " +
                   std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
                   std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
                   std::to_string(min_blocks_of(c)) + ", " + std::to_string(epilogue_of(c)) + ", " +
-                  bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
-                  bool_arg(p.get("learned_sinks", 0)) +
+                  bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) +
                   (pack_of(c) > 1 ? ", " + std::to_string(pack_of(c)) : std::string()) + ">",
               {}};
-    return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
+    return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(s.head_dim) + ", " +
                 std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
                 std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +
-                bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
-                bool_arg(p.get("learned_sinks", 0)) + ">",
+                bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) + ">",
             {}};
   }
 
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+    const attn::Shape a(p);
     LaunchShape s;
-    s.grid[0] = unsigned((p.at("seq_q") + rows_per_head(c) - 1) / rows_per_head(c));
-    s.grid[1] = unsigned(p.at("heads_q") / pack_of(c));
-    s.grid[2] = unsigned(p.at("batch"));
+    s.grid[0] = unsigned((a.seq_q + rows_per_head(c) - 1) / rows_per_head(c));
+    s.grid[1] = unsigned(a.heads_q / pack_of(c));
+    s.grid[2] = unsigned(a.batch);
     s.block[0] = unsigned(32 * c.at("num_warps"));
-    s.dynamic_smem_bytes = p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p)
-                           : mma_of(c) == 90           ? unsigned(wgmma_smem(c, p))
-                                                       : unsigned(mma_smem(c, p));
+    s.dynamic_smem_bytes = a.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, a)
+                           : mma_of(c) == 90           ? unsigned(wgmma_smem(c, a))
+                                                       : unsigned(mma_smem(c, a));
     return s;
   }
 
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {attn::fwd_params(p)};
+    return {attn::fwd_params(attn::Shape(p))};
   }
 
  private:
   // Q tile, then num_stages (K tile, V tile) pairs, all block x head_dim elements.
-  static std::int64_t mma_smem(const core::Config& c, const core::Problem& p) {
-    return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * p.at("head_dim") *
-           std::int64_t(core::dtype_size(p.dtype));
+  static std::int64_t mma_smem(const core::Config& c, const attn::Shape& s) {
+    return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * s.head_dim *
+           std::int64_t(core::dtype_size(s.dtype));
   }
   // The same tiles, plus 1 KiB to align them to the 1024-byte swizzle atoms wgmma reads.
-  static std::int64_t wgmma_smem(const core::Config& c, const core::Problem& p) { return mma_smem(c, p) + 1024; }
+  static std::int64_t wgmma_smem(const core::Config& c, const attn::Shape& s) { return mma_smem(c, s) + 1024; }
 
-  static std::optional<std::string> wgmma_can_run(const core::Config& c, const core::Problem& p,
+  static std::optional<std::string> wgmma_can_run(const core::Config& c, const attn::Shape& s,
                                                   const core::DeviceLimits& d) {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+    const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
     if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
     if (warps % 4 != 0 || bm != 16 * warps)
       return "mma 90: block_m " + std::to_string(bm) + " must be 64 rows per warpgroup (16 x num_warps " +
@@ -167,13 +168,13 @@ class AttnFwd final : public attn::AttentionFamily {
     const std::int64_t pipe = pipe_of(c);
     if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
     if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
-    const std::int64_t pack = pack_of(c), group = p.at("heads_q") / p.at("heads_kv");
+    const std::int64_t pack = pack_of(c), group = s.group();
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
              std::to_string(group) + ")";
     if (bm % pack != 0)
       return "pack_heads " + std::to_string(pack) + " must divide block_m " + std::to_string(bm);
-    const std::int64_t smem = wgmma_smem(c, p);
+    const std::int64_t smem = wgmma_smem(c, s);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
     // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps

@@ -17,7 +17,7 @@ namespace {
 constexpr int kS = attn::kLse + 1;  // the workspace's buffer index, after the shared attention buffers
 
 // S / P storage: the problem dtype, as the naive algorithm rounds its matmul output (f32 stays f32).
-core::DType score_dtype(const core::Problem& p) { return p.dtype; }
+core::DType score_dtype(const attn::Shape& s) { return s.dtype; }
 
 class AttnNaive final : public attn::AttentionFamily {
  public:
@@ -37,7 +37,8 @@ class AttnNaive final : public attn::AttentionFamily {
   std::optional<std::string> check_problem(const core::Problem& p) const override {
     if (auto why = AttentionFamily::check_problem(p)) return why;
     // A GQA group's query rows are one GEMM operand, (batch, kv head) the batch.
-    return attn::check_gemm_sizes(p.at("heads_q") / p.at("heads_kv") * p.at("seq_q"), p.at("batch") * p.at("heads_kv"));
+    const attn::Shape s(p);
+    return attn::check_gemm_sizes(s.group() * s.seq_q, s.batch * s.heads_kv);
   }
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem&,
@@ -47,53 +48,56 @@ class AttnNaive final : public attn::AttentionFamily {
 
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
     using attn::bool_arg;
-    return {std::string("attn_naive_softmax_kernel<") + attn::storage_type(score_dtype(p)) + ", " +
-                std::to_string(c.at("block_threads")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
-                bool_arg(p.get("window", 0) > 0) + ", " + bool_arg(p.get("learned_sinks", 0)) + ">",
+    const attn::Shape s(p);
+    return {std::string("attn_naive_softmax_kernel<") + attn::storage_type(score_dtype(s)) + ", " +
+                std::to_string(c.at("block_threads")) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) +
+                ", " + bool_arg(s.learned_sinks) + ">",
             {}};
   }
 
   // The softmax kernel's launch: one block per row of S (blocks stride over rows past grid.x's limit).
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape s;
-    s.grid[0] = unsigned(std::min<std::int64_t>(attn::score_rows(p), INT_MAX));
-    s.block[0] = unsigned(c.at("block_threads"));
-    return s;
+    LaunchShape l;
+    l.grid[0] = unsigned(std::min<std::int64_t>(attn::Shape(p).rows(), INT_MAX));
+    l.block[0] = unsigned(c.at("block_threads"));
+    return l;
   }
 
   /// The shared attention buffers, then the workspace "s" (S, overwritten by P).
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    const attn::Shape s(p);
     auto b = AttentionFamily::buffers(p);
-    b.push_back({"s", score_dtype(p), attn::score_rows(p) * p.at("seq_k"), BufferRole::workspace, 0, 0});
+    b.push_back({"s", score_dtype(s), s.rows() * s.seq_k, BufferRole::workspace, 0, 0});
     return b;
   }
 
   // The softmax kernel's: (s, lse, sinks, rows, heads_q, seq_q, seq_k, window, sink_tokens).
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    const attn::Shape s(p);
     return {BufferArg{kS},
             BufferArg{attn::kLse},
             BufferArg{attn::kSinks},
-            std::int64_t(attn::score_rows(p)),
-            std::int32_t(p.at("heads_q")),
-            std::int32_t(p.at("seq_q")),
-            std::int32_t(p.at("seq_k")),
-            std::int32_t(p.get("window", 0)),
-            std::int32_t(p.get("sink_tokens", 0))};
+            std::int64_t(s.rows()),
+            std::int32_t(s.heads_q),
+            std::int32_t(s.seq_q),
+            std::int32_t(s.seq_k),
+            std::int32_t(s.window),
+            std::int32_t(s.sink_tokens)};
   }
 
   bool launches_itself() const override { return true; }
 
   void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
     attn::expect_buffers(env, std::size_t(kS + 1), name());
-    const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), d = p.at("head_dim");
+    const attn::Shape s(p);
     attn::ScoreGemms g;
     g.q = env.buffers[attn::kQ], g.k = env.buffers[attn::kK], g.v = env.buffers[attn::kV];
     g.s = g.p = env.buffers[kS], g.o = env.buffers[attn::kO];
-    g.dtype = p.dtype, g.s_dtype = g.p_dtype = score_dtype(p);
-    g.groups = p.at("batch") * hkv, g.rows = hq / hkv * p.at("seq_q");  // a GQA group's rows, contiguous
-    g.seq_k = p.at("seq_k"), g.head_dim = d;
-    g.scale = float(1.0 / std::sqrt(double(d)));
-    g.tf32 = p.get("tf32", 0) != 0;
+    g.dtype = s.dtype, g.s_dtype = g.p_dtype = score_dtype(s);
+    g.groups = s.batch * s.heads_kv, g.rows = s.group() * s.seq_q;  // a GQA group's rows, contiguous
+    g.seq_k = s.seq_k, g.head_dim = s.head_dim;
+    g.scale = float(1.0 / std::sqrt(double(s.head_dim)));
+    g.tf32 = s.tf32;
     attn::gemm_scores(g, env.stream);
 
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
@@ -106,7 +110,7 @@ class AttnNaive final : public attn::AttentionFamily {
   // attn::rounded_scores_atol. A host emulation of this pipeline (tests/kernels/attn_naive_test.cpp) sees
   // about a third of that bound at r = 4 (bf16: LSE 0.06, O 0.03).
   double default_atol(const core::Problem& p) const override {
-    return attn::rounded_scores_atol(p, AttentionFamily::default_atol(p), 1);
+    return attn::rounded_scores_atol(attn::Shape(p), AttentionFamily::default_atol(p), 1);
   }
 };
 }  // namespace

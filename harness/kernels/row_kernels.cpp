@@ -27,15 +27,6 @@ std::vector<TunableSpec> tunables() {
 
 std::vector<std::string> constraints() { return {"vec * dtype_bytes <= 16"}; }
 
-std::optional<std::string> check_problem(const core::Problem& p) {
-  for (const char* dim : {"rows", "cols"}) {
-    if (!p.dims.count(dim)) return std::string("missing dimension '") + dim + "'";
-    if (p.at(dim) < 1) return std::string(dim) + " must be >= 1, got " + std::to_string(p.at(dim));
-  }
-  if (p.at("rows") > (std::int64_t(1) << 62) / p.at("cols")) return "rows * cols overflows";
-  return std::nullopt;
-}
-
 std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
   const std::int64_t threads = c.at("block_threads"), rows_per_block = c.at("rows_per_block"), vec = c.at("vec");
   if (threads < 32 || threads % 32 != 0) return "block_threads " + std::to_string(threads) + " is not whole warps";
@@ -61,7 +52,7 @@ Specialization specialize(const std::string& kernel, const core::Config& c, cons
 
 LaunchShape launch_shape(const core::Config& c, const core::Problem& p) {
   const std::int64_t rows_per_block = c.at("rows_per_block");
-  const std::int64_t groups = (p.at("rows") + rows_per_block - 1) / rows_per_block;
+  const std::int64_t groups = (Shape(p).rows + rows_per_block - 1) / rows_per_block;
   LaunchShape s;
   s.grid[0] = static_cast<unsigned>(std::min(groups, kMaxGridX));
   s.block[0] = static_cast<unsigned>(c.at("block_threads"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/problem_views.hpp"
 
 namespace flashtune::kernels::row {
 
@@ -20,8 +21,6 @@ std::vector<TunableSpec> tunables();
 /// Always-on constraints (muparser): the variable `dtype_bytes` must be provided by the evaluator.
 std::vector<std::string> constraints();
 
-/// rows >= 1, cols >= 1, a supported dtype.
-std::optional<std::string> check_problem(const core::Problem& p);
 /// Rules of the row mapping: whole warps, block <= device limit, rows_per_block divides the block,
 /// threads per row a multiple of 32 or a power-of-two divisor of 32, vec a power of two of <= 16 bytes.
 std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d);

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "harness/kernels/builtin.hpp"
+#include "harness/kernels/problem_views.hpp"
 #include "reference/attention.hpp"
 #include "reference/dtype.hpp"
 
@@ -35,9 +36,9 @@ std::int64_t thread_n(const core::Config& c) { return per_thread(c) >= 64 ? 8 : 
 // Rows of X (in every batch) the reference computes: all when batch * d1 * d2 * d3 fits the budget, else
 // the first and last four plus rows spread over d1 (offset by a varying amount, so that they land at
 // every position inside a block of rows), as many as the budget allows and at least 16.
-std::vector<std::int64_t> reference_rows(const core::Problem& p) {
-  const std::int64_t d1 = p.at("d1");
-  const double per_row = double(p.at("batch")) * double(p.at("d2")) * double(p.at("d3"));
+std::vector<std::int64_t> reference_rows(const smm::Shape& s) {
+  const std::int64_t d1 = s.d1;
+  const double per_row = double(s.batch) * double(s.d2) * double(s.d3);
   if (per_row * double(d1) <= kReferenceBudget) return {};
   const std::int64_t n = std::clamp<std::int64_t>(std::int64_t(kReferenceBudget / per_row), 16, d1);
   std::set<std::int64_t> rows;
@@ -81,13 +82,10 @@ class SoftmaxMatmul final : public KernelFamily {
   }
 
   std::optional<std::string> check_problem(const core::Problem& p) const override {
-    for (const char* d : {"batch", "d1", "d2", "d3"}) {
-      if (!p.dims.count(d)) return std::string("missing dimension '") + d + "'";
-      if (p.at(d) < 1) return std::string(d) + " must be >= 1";
-      if (p.at(d) > INT_MAX) return std::string(d) + " must be < 2^31";
-    }
-    if (p.at("batch") > kMaxGridYZ) return "batch must be <= 65535 (one grid dimension)";
-    if (p.get("x_range", 8) < 1) return "x_range must be >= 1";
+    if (auto why = smm::check_dims(p)) return why;
+    const smm::Shape s(p);
+    if (s.batch > kMaxGridYZ) return "batch must be <= 65535 (one grid dimension)";
+    if (s.x_range < 1) return "x_range must be >= 1";
     return std::nullopt;
   }
 
@@ -109,8 +107,9 @@ class SoftmaxMatmul final : public KernelFamily {
     const std::int64_t smem = smem_bytes(c);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    if ((p.at("d1") + bm - 1) / bm > kMaxGridYZ) return "d1 / block_m must be <= 65535 (grid.y)";
-    if ((p.at("d3") + bn - 1) / bn > INT_MAX) return "d3 / block_n must be < 2^31 (grid.x)";
+    const smm::Shape s(p);
+    if ((s.d1 + bm - 1) / bm > kMaxGridYZ) return "d1 / block_m must be <= 65535 (grid.y)";
+    if ((s.d3 + bn - 1) / bn > INT_MAX) return "d3 / block_n must be < 2^31 (grid.x)";
     return std::nullopt;
   }
 
@@ -124,27 +123,28 @@ class SoftmaxMatmul final : public KernelFamily {
   // grid (column tiles of d3, row tiles of d1, batch): the column tiles of one row tile run side by side
   // and share its X rows in L2.
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape s;
-    s.grid[0] = unsigned((p.at("d3") + c.at("block_n") - 1) / c.at("block_n"));
-    s.grid[1] = unsigned((p.at("d1") + c.at("block_m") - 1) / c.at("block_m"));
-    s.grid[2] = unsigned(p.at("batch"));
-    s.block[0] = unsigned(32 * c.at("num_warps"));
-    s.dynamic_smem_bytes = unsigned(smem_bytes(c));
-    return s;
+    const smm::Shape s(p);
+    LaunchShape l;
+    l.grid[0] = unsigned((s.d3 + c.at("block_n") - 1) / c.at("block_n"));
+    l.grid[1] = unsigned((s.d1 + c.at("block_m") - 1) / c.at("block_m"));
+    l.grid[2] = unsigned(s.batch);
+    l.block[0] = unsigned(32 * c.at("num_warps"));
+    l.dynamic_smem_bytes = unsigned(smem_bytes(c));
+    return l;
   }
 
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    const std::int64_t b = p.at("batch"), d1 = p.at("d1"), d2 = p.at("d2"), d3 = p.at("d3");
-    const double r = double(p.get("x_range", 8));
-    return {{"x", p.dtype, b * d1 * d2, BufferRole::input, -r, r},
-            {"v", p.dtype, b * d2 * d3, BufferRole::input, -1.0, 1.0},
-            {"out", p.dtype, b * d1 * d3, BufferRole::output, 0, 0}};
+    const smm::Shape s(p);
+    const double r = double(s.x_range);
+    return {{"x", s.dtype, s.batch * s.d1 * s.d2, BufferRole::input, -r, r},
+            {"v", s.dtype, s.batch * s.d2 * s.d3, BufferRole::input, -1.0, 1.0},
+            {"out", s.dtype, s.batch * s.d1 * s.d3, BufferRole::output, 0, 0}};
   }
 
   // softmax_matmul_kernel(const T* x, const T* v, T* out, int d1, int d2, int d3)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, std::int32_t(p.at("d1")), std::int32_t(p.at("d2")),
-            std::int32_t(p.at("d3"))};
+    const smm::Shape s(p);
+    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, std::int32_t(s.d1), std::int32_t(s.d2), std::int32_t(s.d3)};
   }
 
   double bytes_moved(const core::Problem& p) const override {
@@ -154,20 +154,22 @@ class SoftmaxMatmul final : public KernelFamily {
   }
   /// The matmul's 2 * batch * d1 * d2 * d3 (the softmax's few FLOPs per element of X are not counted).
   double flops(const core::Problem& p) const override {
-    return 2.0 * double(p.at("batch")) * double(p.at("d1")) * double(p.at("d2")) * double(p.at("d3"));
+    const smm::Shape s(p);
+    return 2.0 * double(s.batch) * double(s.d1) * double(s.d2) * double(s.d3);
   }
 
   void reference(const core::Problem& p, const std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs,
                  RefPrecision precision) const override {
     if (inputs.size() != 2 || outputs.size() != 1) throw core::Error("softmax_matmul.reference: expects x, v -> out");
-    const std::int64_t b = p.at("batch"), d1 = p.at("d1"), d2 = p.at("d2"), d3 = p.at("d3");
+    const smm::Shape s(p);
+    const std::int64_t b = s.batch, d1 = s.d1, d2 = s.d2, d3 = s.d3;
     auto run = [&](std::int64_t batch, std::int64_t rows, const std::vector<double>& x, const std::vector<double>& v,
                    std::vector<double>& o) {
       if (precision == RefPrecision::f64) reference::softmax_matmul<double>(batch, rows, d2, d3, x, v, o);
       else reference::softmax_matmul<float>(batch, rows, d2, d3, x, v, o);
     };
     auto& out = outputs[0];
-    const auto rows = reference_rows(p);
+    const auto rows = reference_rows(s);
     if (rows.empty()) {
       run(b, d1, inputs[0].values, inputs[1].values, out.values);
       out.checked.clear();
