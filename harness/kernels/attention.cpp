@@ -161,8 +161,8 @@ std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batc
   return std::nullopt;
 }
 
-std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d) {
-  const std::int64_t t = c.at("block_threads");
+std::optional<std::string> check_block_threads(const BaselineConfig& c, const core::DeviceLimits& d) {
+  const std::int64_t t = c.block_threads;
   if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
   if (t > d.max_threads_per_block)
     return "block_threads " + std::to_string(t) + " > " + std::to_string(d.max_threads_per_block) + " per block";

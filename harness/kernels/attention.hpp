@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/family.hpp"
 #include "harness/kernels/problem_views.hpp"
 #include "kernel_templates/attn_params.cuh"
@@ -40,7 +41,7 @@ const char* storage_type(core::DType d);
 std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch);
 
 /// nullopt when a baseline's `block_threads` (whole warps, within the device's block limit) can launch; else why not.
-std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d);
+std::optional<std::string> check_block_threads(const BaselineConfig& c, const core::DeviceLimits& d);
 
 /// The tolerance of a baseline that rounds S to the problem dtype `roundings` times before the softmax
 /// (f32: none): each rounding moves a logit by up to u |S| (u: the unit roundoff, 2^-11 fp16, 2^-8 bf16),

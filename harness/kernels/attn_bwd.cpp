@@ -17,6 +17,7 @@
 #include "harness/kernels/attention.hpp"
 #include "harness/kernels/attn_bwd.hpp"
 #include "harness/kernels/attn_bwd_f32.hpp"
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/builtin.hpp"
 #include "reference/attention_bwd.hpp"
 #include "reference/dtype.hpp"
@@ -31,8 +32,6 @@ std::string n(std::int64_t v) { return std::to_string(v); }
 std::string type_arg(const attn::Shape& s) {
   return s.dtype == core::DType::f32 ? "float" : s.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
 }
-// The config's tensor-core generation (attn_bwd_dkdv); 80 when the config predates the tunable.
-std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
 
 // What the backward stages share: the attention problem (dims, defaults, checks) of the forward, fp16,
 // bf16 and fp32 (tf32 = 1: TF32 tensor cores), head dims 16..128, byte counts from the buffers.
@@ -143,10 +142,10 @@ ParamsArg bwd_params(const attn::Shape& s, const std::vector<Binding>& bindings)
 
 // What keeps a config from the wgmma backward loop (attn_bwd_sm90.cuh: attn_bwd_dkdv's mma 90 and
 // attn_bwd_fused) on device d, given its shared memory and register estimate; nullopt when it can run.
-std::optional<std::string> wgmma_shape_problem(const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d,
+std::optional<std::string> wgmma_shape_problem(const attn::BwdConfig& c, const attn::Shape& s, const core::DeviceLimits& d,
                                                std::int64_t smem, std::int64_t regs) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-  const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
+  const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
+  const std::int64_t stages = c.num_stages, hd = s.head_dim;
   if (d.arch != "sm_90a") return "wgmma needs sm_90a, not " + d.arch;
   if (s.dtype == core::DType::f32) return "wgmma kernels take fp16 / bf16 only, not fp32 (use mma 80: exact or tf32)";
   if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
@@ -173,25 +172,28 @@ class AttnBwdPreprocess final : public AttnBwdBase {
     return {{"block_m", {32, 64, 128}, "query rows per block"}, {"num_warps", {2, 4, 8}, "warps per block"}};
   }
   std::vector<std::string> constraints() const override { return {}; }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem&, const core::DeviceLimits& d) const override {
-    if (c.at("block_m") < 1) return "block_m must be >= 1";
-    if (c.at("num_warps") < 1 || 32 * c.at("num_warps") > d.max_threads_per_block)
-      return "num_warps " + n(c.at("num_warps")) + " out of range";
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem&, const core::DeviceLimits& d) const override {
+    const attn::PreprocessConfig c(config);
+    if (c.block_m < 1) return "block_m must be >= 1";
+    if (c.num_warps < 1 || 32 * c.num_warps > d.max_threads_per_block)
+      return "num_warps " + n(c.num_warps) + " out of range";
     return std::nullopt;
   }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::PreprocessConfig c(config);
     const attn::Shape s(p);
-    return {"attn_bwd_preprocess_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.at("block_m")) + ", " +
-                n(c.at("num_warps")) + ">",
+    return {"attn_bwd_preprocess_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.block_m) + ", " +
+                n(c.num_warps) + ">",
             {}};
   }
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const attn::PreprocessConfig c(config);
     const attn::Shape s(p);
     LaunchShape l;
-    l.grid[0] = unsigned((s.seq_q + c.at("block_m") - 1) / c.at("block_m"));
+    l.grid[0] = unsigned((s.seq_q + c.block_m - 1) / c.block_m);
     l.grid[1] = unsigned(s.heads_q);
     l.grid[2] = unsigned(s.batch);
-    l.block[0] = unsigned(32 * c.at("num_warps"));
+    l.block[0] = unsigned(32 * c.num_warps);
     return l;
   }
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
@@ -233,19 +235,22 @@ class AttnBwdDsink final : public AttnBwdBase {
     if (!attn::Shape(p).learned_sinks) return "attn_bwd_dsink needs learned_sinks = 1";
     return std::nullopt;
   }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem&, const core::DeviceLimits& d) const override {
-    if (c.at("num_warps") < 1 || 32 * c.at("num_warps") > d.max_threads_per_block)
-      return "num_warps " + n(c.at("num_warps")) + " out of range";
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem&, const core::DeviceLimits& d) const override {
+    const attn::DsinkConfig c(config);
+    if (c.num_warps < 1 || 32 * c.num_warps > d.max_threads_per_block)
+      return "num_warps " + n(c.num_warps) + " out of range";
     return std::nullopt;
   }
-  Specialization specialize(const core::Config& c, const core::Problem&) const override {
-    return {"attn_bwd_dsink_kernel<" + n(c.at("num_warps")) + ">", {}};
+  Specialization specialize(const core::Config& config, const core::Problem&) const override {
+    const attn::DsinkConfig c(config);
+    return {"attn_bwd_dsink_kernel<" + n(c.num_warps) + ">", {}};
   }
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const attn::DsinkConfig c(config);
     const attn::Shape s(p);
     LaunchShape l;
     l.grid[0] = unsigned(s.heads_q);
-    l.block[0] = unsigned(32 * c.at("num_warps"));
+    l.block[0] = unsigned(32 * c.num_warps);
     return l;
   }
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
@@ -317,22 +322,25 @@ class AttnBwdGrad : public AttnBwdBase {
     add_workspace(s, b);
     return b;
   }
-  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+  std::vector<KernelArg> arguments(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     return {bwd_params(s, bindings(c, s))};
   }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     if (s.dtype == core::DType::f32) return {attn_bwd_f32::name_expression(f32_stage(), c, s), {}};
-    return {kernel() + "<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.at("block_m")) + ", " +
-                n(c.at("block_n")) + ", " + n(c.at("num_warps")) + ", " + n(c.at("num_stages")) + ", " +
+    return {kernel() + "<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.block_m) + ", " +
+                n(c.block_n) + ", " + n(c.num_warps) + ", " + n(c.num_stages) + ", " +
                 bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">",
             {}};
   }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     if (s.dtype == core::DType::f32) return attn_bwd_f32::can_run(f32_stage(), c, s, d);
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
+    const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps, stages = c.num_stages;
     const std::int64_t own = warp_rows(c);  // rows of the warp's MMA tiles
     if (own % (16 * warps) != 0 || own / (16 * warps) > 2 || own / (16 * warps) < 1)
       return std::string(owned()) + " " + n(own) + " must be 16 or 32 rows per warp x num_warps " + n(warps);
@@ -349,13 +357,14 @@ class AttnBwdGrad : public AttnBwdBase {
     if (regs > limit) return "about " + n(regs) + " registers per thread needed (limit " + n(limit) + " without spills)";
     return std::nullopt;
   }
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     LaunchShape l;
     l.grid[0] = unsigned(grid_x(c, s));
     l.grid[1] = unsigned(grid_y(c, s));
     l.grid[2] = unsigned(s.batch);
-    l.block[0] = unsigned(32 * c.at("num_warps"));
+    l.block[0] = unsigned(32 * c.num_warps);
     l.dynamic_smem_bytes = unsigned(smem_bytes(c, s));
     return l;
   }
@@ -421,7 +430,6 @@ class AttnBwdGrad : public AttnBwdBase {
   // min_blocks (the mma.sync kernels at fp16 / bf16): blocks per SM the kernel is compiled to fit
   // (__launch_bounds__), which caps its registers at 65536 / (32 num_warps min_blocks). For short loops
   // (windows), where more resident blocks hide the latency of each one's chain of MMAs.
-  static std::int64_t min_blocks(const core::Config& c) { return c.get("min_blocks", 1); }
   static TunableSpec min_blocks_tunable() {
     // 5, 7, 12: the GPT-OSS dkdv, dq_delta and dq winners (docs/NOTES.md, sessions 13 and 16).
     return {"min_blocks", {1, 5, 7, 12},
@@ -430,13 +438,13 @@ class AttnBwdGrad : public AttnBwdBase {
   }
   // Why min_blocks cannot run (nullopt if it can); `acc`: accumulator registers per thread, below which the
   // cap would spill (ptxas needs ~40 more; the spill check prunes what is left).
-  std::optional<std::string> min_blocks_problem(const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d,
+  std::optional<std::string> min_blocks_problem(const attn::BwdConfig& c, const attn::Shape& s, const core::DeviceLimits& d,
                                                 std::int64_t acc) const {
-    const std::int64_t mb = min_blocks(c);
+    const std::int64_t mb = c.min_blocks;
     if (mb == 1) return std::nullopt;
     if (mb < 1 || mb > 32) return "min_blocks must be in 1..32";
     if (s.dtype == core::DType::f32) return "min_blocks > 1 is an fp16 / bf16 option; fp32 takes 1";
-    const std::int64_t warps = c.at("num_warps"), smem = smem_bytes(c, s);
+    const std::int64_t warps = c.num_warps, smem = smem_bytes(c, s);
     if (32 * warps * mb > 2048)  // threads per SM on every sm_80 .. sm_90 GPU
       return "min_blocks " + n(mb) + " x " + n(32 * warps) + " threads > 2048 per SM";
     if ((smem + 1024) * mb > d.max_shared_per_sm)
@@ -448,22 +456,22 @@ class AttnBwdGrad : public AttnBwdBase {
     return std::nullopt;
   }
   // The fp16 / bf16 mma.sync kernels take min_blocks as their last template argument.
-  static Specialization with_min_blocks(Specialization spec, const core::Config& c, const attn::Shape& s) {
-    if (s.dtype != core::DType::f32) spec.name_expression.insert(spec.name_expression.size() - 1, ", " + n(min_blocks(c)));
+  static Specialization with_min_blocks(Specialization spec, const attn::BwdConfig& c, const attn::Shape& s) {
+    if (s.dtype != core::DType::f32) spec.name_expression.insert(spec.name_expression.size() - 1, ", " + n(c.min_blocks));
     return spec;
   }
   virtual void add_workspace(const attn::Shape&, std::vector<BufferSpec>&) const {}
   virtual attn_bwd_f32::Stage f32_stage() const = 0;
   virtual std::string kernel() const = 0;
   virtual const char* owned() const = 0;
-  virtual std::int64_t warp_rows(const core::Config& c) const = 0;
-  virtual std::int64_t grid_x(const core::Config& c, const attn::Shape& s) const = 0;
-  virtual std::int64_t grid_y(const core::Config& c, const attn::Shape& s) const = 0;
-  virtual std::int64_t smem_bytes(const core::Config& c, const attn::Shape& s) const = 0;
-  virtual std::int64_t registers(const core::Config& c, const attn::Shape& s) const = 0;
+  virtual std::int64_t warp_rows(const attn::BwdConfig& c) const = 0;
+  virtual std::int64_t grid_x(const attn::BwdConfig& c, const attn::Shape& s) const = 0;
+  virtual std::int64_t grid_y(const attn::BwdConfig& c, const attn::Shape& s) const = 0;
+  virtual std::int64_t smem_bytes(const attn::BwdConfig& c, const attn::Shape& s) const = 0;
+  virtual std::int64_t registers(const attn::BwdConfig& c, const attn::Shape& s) const = 0;
   virtual std::vector<std::pair<std::string, std::int64_t>> outputs(const attn::Shape& s) const = 0;
   /// The pointer members of FtAttnBwdParams this stage's kernel reads or writes, and their buffers.
-  virtual std::vector<Binding> bindings(const core::Config& c, const attn::Shape& s) const = 0;
+  virtual std::vector<Binding> bindings(const attn::BwdConfig& c, const attn::Shape& s) const = 0;
   /// Q, K, V, dO, LSE and D: the inputs of dkdv, dq and fused.
   static std::vector<Binding> grad_inputs() {
     return {{offsetof(BwdParams, q), kQ},       {offsetof(BwdParams, k), kK},     {offsetof(BwdParams, v), kV},
@@ -476,15 +484,9 @@ class AttnBwdGrad : public AttnBwdBase {
 
 class AttnBwdDkdv final : public AttnBwdGrad {
   static constexpr std::int64_t kMaxSinkSplit = 64;
-  static std::int64_t sink_split(const core::Config& c) {
-    return c.values.count("sink_split") ? c.at("sink_split") : 1;  // configs written before the tunable
-  }
-  static bool has_sink_tiles(const attn::Shape& s) { return s.has_window() && s.sink_tokens > 0; }
-  static std::int64_t sink_rows(const attn::Shape& s) {
-    return has_sink_tiles(s) ? std::min(s.sink_tokens, s.seq_k) : 0;
-  }
-  static std::int64_t active_split(const core::Config& c, const attn::Shape& s) {
-    return has_sink_tiles(s) ? sink_split(c) : 1;
+  static std::int64_t sink_rows(const attn::Shape& s) { return s.has_sink_tiles() ? std::min(s.sink_tokens, s.seq_k) : 0; }
+  static std::int64_t active_split(const attn::BwdConfig& c, const attn::Shape& s) {
+    return s.has_sink_tiles() ? c.sink_split : 1;
   }
  public:
   std::string name() const override { return "attn_bwd_dkdv"; }
@@ -511,49 +513,53 @@ class AttnBwdDkdv final : public AttnBwdGrad {
     t.push_back(min_blocks_tunable());
     return t;
   }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
-    const std::int64_t split = sink_split(c);
+    const std::int64_t split = c.sink_split;
     if (split < 1 || split > kMaxSinkSplit) return "sink_split must be in 1.." + n(kMaxSinkSplit);
-    if (split > 1 && !has_sink_tiles(s)) return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
-    const std::int64_t mma = mma_of(c);
+    if (split > 1 && !s.has_sink_tiles()) return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
+    const std::int64_t mma = c.mma;
     if (s.dtype == core::DType::f32 && (mma != 80 || active_split(c, s) != 1))
       return "fp32 runs mma 80 (FFMA or TF32 mma.sync) without the sink-token split: mma 80, sink_split 1";
     if (mma == 90) {
-      if (min_blocks(c) != 1) return "min_blocks is an mma 80 option; mma 90 takes 1";
+      if (c.min_blocks != 1) return "min_blocks is an mma 80 option; mma 90 takes 1";
       return wgmma_can_run(c, s, d);
     }
     if (mma != 80) return "mma must be 80 (mma.sync) or 90 (wgmma), not " + n(mma);
-    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
+    if (auto why = AttnBwdGrad::can_run(config, p, d)) return why;
     // dK and dV (head_dim / 2 each), S and dP (block_m / 2 each) per 16-key tile of a warp
-    return min_blocks_problem(c, s, d, c.at("block_n") / (16 * c.at("num_warps")) * (s.head_dim + c.at("block_m")));
+    return min_blocks_problem(c, s, d, c.block_n / (16 * c.num_warps) * (s.head_dim + c.block_m));
   }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
-    if (mma_of(c) != 90 || s.dtype == core::DType::f32) return with_min_blocks(AttnBwdGrad::specialize(c, p), c, s);
-    return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.at("block_m")) + ", " +
-                n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(s.causal) + ", " +
+    if (c.mma != 90 || s.dtype == core::DType::f32) return with_min_blocks(AttnBwdGrad::specialize(config, p), c, s);
+    return {"attn_bwd_dkdv_wgmma_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.block_m) + ", " +
+                n(c.warpgroups()) + ", " + n(c.num_stages) + ", " + bool_arg(s.causal) + ", " +
                 bool_arg(s.has_window()) + ">",
             {}};
   }
-  std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override {
+  std::vector<KernelArg> arguments(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     return {bwd_params(s, bindings(c, s)).set(offsetof(BwdParams, sink_split), std::int32_t(active_split(c, s)))};
   }
   bool launches_itself() const override { return true; }
   // The wgmma kernel: a warpgroup per 64 keys (block_n = 16 num_warps), sm_90a only.
-  std::optional<std::string> wgmma_can_run(const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d) const {
+  std::optional<std::string> wgmma_can_run(const attn::BwdConfig& c, const attn::Shape& s, const core::DeviceLimits& d) const {
     if (active_split(c, s) != 1) return "mma 90 has no sink-token split: sink_split must be 1";
     if (auto why = wgmma_shape_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "mma 90: " + *why;
     return std::nullopt;
   }
   // The main launch, then (split sink tiles only) the reduction of their partials: the same kernel with
   // reduce = 1, one thread per element of the sink rows of a (kv head, batch).
-  void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
+  void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     if (env.buffers.size() != std::size_t(kWorkspace + 1))
       throw core::Error("attn_bwd_dkdv.launch: expects " + n(kWorkspace + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
-    auto args = arguments(c, p);
+    auto args = arguments(config, p);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
                  stream, pack_kernel_args(args, env.buffers).pointers.data());
@@ -574,10 +580,10 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   attn_bwd_f32::Stage f32_stage() const override { return attn_bwd_f32::Stage::dkdv; }
   std::string kernel() const override { return "attn_bwd_dkdv_kernel"; }
   const char* owned() const override { return "block_n"; }
-  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
+  std::int64_t warp_rows(const attn::BwdConfig& c) const override { return c.block_n; }
   // One block per key tile, plus sink_split per key tile holding sink tokens when the split is on.
-  std::int64_t grid_x(const core::Config& c, const attn::Shape& s) const override {
-    const std::int64_t bn = c.at("block_n"), split = active_split(c, s);
+  std::int64_t grid_x(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    const std::int64_t bn = c.block_n, split = active_split(c, s);
     const std::int64_t extra = split > 1 ? (sink_rows(s) + bn - 1) / bn * split : 0;
     return (s.seq_k + bn - 1) / bn + extra;
   }
@@ -585,32 +591,32 @@ class AttnBwdDkdv final : public AttnBwdGrad {
   // and again for dV, with kMaxSinkSplit + 1 slots, whatever the config's sink_split (buffers() does not
   // see the config); empty without sink tokens and a window.
   void add_workspace(const attn::Shape& s, std::vector<BufferSpec>& b) const override {
-    const std::int64_t slots = has_sink_tiles(s) ? kMaxSinkSplit + 1 : 0;
+    const std::int64_t slots = s.has_sink_tiles() ? kMaxSinkSplit + 1 : 0;
     b.push_back({"sink_partials", core::DType::f32,
                  2 * s.batch * s.heads_kv * slots * sink_rows(s) * s.head_dim, BufferRole::workspace, 0, 0});
   }
-  std::int64_t grid_y(const core::Config&, const attn::Shape& s) const override { return s.heads_kv; }
+  std::int64_t grid_y(const attn::BwdConfig&, const attn::Shape& s) const override { return s.heads_kv; }
   // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows); mma 90: each stage
   // rounded up to 1 KiB, plus 1 KiB to align the tiles to the 1024-byte swizzle atoms wgmma reads.
-  std::int64_t smem_bytes(const core::Config& c, const attn::Shape& s) const override {
+  std::int64_t smem_bytes(const attn::BwdConfig& c, const attn::Shape& s) const override {
     if (s.dtype == core::DType::f32) return attn_bwd_f32::smem_bytes(f32_stage(), c, s);
-    const std::int64_t d = s.head_dim, bm = c.at("block_m");
-    if (mma_of(c) == 90) return 4 * c.at("block_n") * d + c.at("num_stages") * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
-    return 4 * c.at("block_n") * d + c.at("num_stages") * (4 * bm * d + 8 * bm);
+    const std::int64_t d = s.head_dim, bm = c.block_m;
+    if (c.mma == 90) return 4 * c.block_n * d + c.num_stages * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
+    return 4 * c.block_n * d + c.num_stages * (4 * bm * d + 8 * bm);
   }
   // Per warp tile of 16 keys: dK and dV accumulators (head_dim / 2 each), S^T and dP^T (block_m / 2 each),
   // P^T fragments (block_m / 4), plus addresses, loop and pipeline state.
   // mma 90, per thread: dK and dV (head_dim / 2 each), S^T and dP^T (block_m / 2 each), the A fragments
   // (block_m / 4), ~24 others.
-  std::int64_t registers(const core::Config& c, const attn::Shape& s) const override {
-    if (mma_of(c) == 90) return s.head_dim + c.at("block_m") + c.at("block_m") / 4 + 24;
-    const std::int64_t tiles = c.at("block_n") / (16 * c.at("num_warps"));
-    return tiles * (s.head_dim + c.at("block_m") + c.at("block_m") / 4) + 48 + 8 * c.at("num_stages");
+  std::int64_t registers(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    if (c.mma == 90) return s.head_dim + c.block_m + c.block_m / 4 + 24;
+    const std::int64_t tiles = c.block_n / (16 * c.num_warps);
+    return tiles * (s.head_dim + c.block_m + c.block_m / 4) + 48 + 8 * c.num_stages;
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const attn::Shape& s) const override {
     return {{"dk", s.elements_kv()}, {"dv", s.elements_kv()}};
   }
-  std::vector<Binding> bindings(const core::Config&, const attn::Shape&) const override {
+  std::vector<Binding> bindings(const attn::BwdConfig&, const attn::Shape&) const override {
     auto b = grad_inputs();
     b.insert(b.end(), {{offsetof(BwdParams, dk), kGradOut}, {offsetof(BwdParams, dv), kGradOut2},
                        {offsetof(BwdParams, ws), kWorkspace}});
@@ -654,26 +660,28 @@ class AttnBwdDq : public AttnBwdGrad {
                  "and a windowed band stays narrow (list 2..8 in the space to try it)"});
     return t;
   }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
-    if (auto why = AttnBwdGrad::can_run(c, p, d)) return why;
-    const std::int64_t pack = pack_heads(c), group = s.heads_q / s.heads_kv;
+    if (auto why = AttnBwdGrad::can_run(config, p, d)) return why;
+    const std::int64_t pack = c.pack_heads, group = s.heads_q / s.heads_kv;
     if (pack != 1 && s.dtype == core::DType::f32) return "pack_heads > 1 is an fp16 / bf16 option; fp32 takes 1";
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + n(pack) + " must divide the GQA group (heads_q / heads_kv = " + n(group) + ")";
-    if (c.at("block_m") % pack != 0) return "pack_heads " + n(pack) + " must divide block_m " + n(c.at("block_m"));
+    if (c.block_m % pack != 0) return "pack_heads " + n(pack) + " must divide block_m " + n(c.block_m);
     // One warp at head_dim 128 and 64-key tiles spills at 255 registers (ptxas 13.0, sm_80 and sm_90a, every
     // mask variant; 32-key tiles do not): the GPT-OSS winners' 1 warp is a head_dim 64 choice.
-    if (c.at("num_warps") == 1 && s.head_dim > 64 && c.at("block_n") > 32 && s.dtype != core::DType::f32)
-      return "1 warp at head_dim " + n(s.head_dim) + " holds too much with block_n " + n(c.at("block_n")) +
+    if (c.num_warps == 1 && s.head_dim > 64 && c.block_n > 32 && s.dtype != core::DType::f32)
+      return "1 warp at head_dim " + n(s.head_dim) + " holds too much with block_n " + n(c.block_n) +
              " (spills): block_n 32 or 2+ warps";
     // dQ (head_dim / 2), S and dP (block_n / 2 each) per 16-row tile of a warp
-    return min_blocks_problem(c, s, d, c.at("block_m") / (16 * c.at("num_warps")) * (s.head_dim / 2 + c.at("block_n")));
+    return min_blocks_problem(c, s, d, c.block_m / (16 * c.num_warps) * (s.head_dim / 2 + c.block_n));
   }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
-    auto spec = with_min_blocks(AttnBwdGrad::specialize(c, p), c, s);
-    if (pack_heads(c) > 1) spec.name_expression.insert(spec.name_expression.size() - 1, ", " + n(pack_heads(c)));
+    auto spec = with_min_blocks(AttnBwdGrad::specialize(config, p), c, s);
+    if (c.pack_heads > 1) spec.name_expression.insert(spec.name_expression.size() - 1, ", " + n(c.pack_heads));
     return spec;
   }
   /// S, dP and dQ: 6 * head_dim per visible pair and query head.
@@ -686,30 +694,29 @@ class AttnBwdDq : public AttnBwdGrad {
   attn_bwd_f32::Stage f32_stage() const override { return attn_bwd_f32::Stage::dq; }
   std::string kernel() const override { return "attn_bwd_dq_kernel"; }
   const char* owned() const override { return "block_m"; }
-  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_m"); }
+  std::int64_t warp_rows(const attn::BwdConfig& c) const override { return c.block_m; }
   // pack_heads (fp16 / bf16): a block holds block_m / pack_heads queries of pack_heads heads.
-  static std::int64_t pack_heads(const core::Config& c) { return c.get("pack_heads", 1); }
-  std::int64_t grid_x(const core::Config& c, const attn::Shape& s) const override {
-    const std::int64_t rows = c.at("block_m") / pack_heads(c);
+  std::int64_t grid_x(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    const std::int64_t rows = c.block_m / c.pack_heads;
     return (s.seq_q + rows - 1) / rows;
   }
-  std::int64_t grid_y(const core::Config& c, const attn::Shape& s) const override { return s.heads_q / pack_heads(c); }
+  std::int64_t grid_y(const attn::BwdConfig& c, const attn::Shape& s) const override { return s.heads_q / c.pack_heads; }
   // Q and dO tiles, then num_stages x (K tile, V tile).
-  std::int64_t smem_bytes(const core::Config& c, const attn::Shape& s) const override {
+  std::int64_t smem_bytes(const attn::BwdConfig& c, const attn::Shape& s) const override {
     if (s.dtype == core::DType::f32) return attn_bwd_f32::smem_bytes(f32_stage(), c, s);
     const std::int64_t d = s.head_dim;
-    return 4 * c.at("block_m") * d + c.at("num_stages") * 4 * c.at("block_n") * d;
+    return 4 * c.block_m * d + c.num_stages * 4 * c.block_n * d;
   }
   // Per warp tile of 16 rows: dQ accumulators (head_dim / 2), S and dP (block_n / 2 each), dS fragments
   // (block_n / 4), LSE and D, plus addresses and loop state.
-  std::int64_t registers(const core::Config& c, const attn::Shape& s) const override {
-    const std::int64_t tiles = c.at("block_m") / (16 * c.at("num_warps"));
-    return tiles * (s.head_dim / 2 + c.at("block_n") + c.at("block_n") / 4 + 4) + 48 + 8 * c.at("num_stages");
+  std::int64_t registers(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    const std::int64_t tiles = c.block_m / (16 * c.num_warps);
+    return tiles * (s.head_dim / 2 + c.block_n + c.block_n / 4 + 4) + 48 + 8 * c.num_stages;
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const attn::Shape& s) const override {
     return {{"dq", s.elements_q()}};
   }
-  std::vector<Binding> bindings(const core::Config&, const attn::Shape&) const override {
+  std::vector<Binding> bindings(const attn::BwdConfig&, const attn::Shape&) const override {
     auto b = grad_inputs();
     b.push_back({offsetof(BwdParams, dq), kGradOut});
     return b;
@@ -757,7 +764,7 @@ class AttnBwdDqDelta final : public AttnBwdDq {
     return b;
   }
   // dq's inputs with O in D's place; dQ and D (written) out.
-  std::vector<Binding> bindings(const core::Config&, const attn::Shape&) const override {
+  std::vector<Binding> bindings(const attn::BwdConfig&, const attn::Shape&) const override {
     auto b = grad_inputs();
     b[kDelta] = {offsetof(BwdParams, delta), kDqdDelta};
     b.push_back({offsetof(BwdParams, o), kDqdO});
@@ -766,8 +773,8 @@ class AttnBwdDqDelta final : public AttnBwdDq {
   }
   std::string kernel() const override { return "attn_bwd_dq_delta_kernel"; }
   // dq's tiles and the O tile (D is summed from shared memory).
-  std::int64_t smem_bytes(const core::Config& c, const attn::Shape& s) const override {
-    return AttnBwdDq::smem_bytes(c, s) + 2 * c.at("block_m") * s.head_dim;
+  std::int64_t smem_bytes(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    return AttnBwdDq::smem_bytes(c, s) + 2 * c.block_m * s.head_dim;
   }
   /// dQ's 6 * head_dim per visible pair and query head, and 2 per element of O for D.
   double flops(const core::Problem& p) const override {
@@ -814,19 +821,21 @@ class AttnBwdFused final : public AttnBwdGrad {
     if (p.dtype == core::DType::f32) return "attn_bwd_fused supports f16 and bf16 only (fp32: attn_bwd_dkdv + attn_bwd_dq)";
     return AttnBwdGrad::check_problem(p);
   }
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) const override {
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p, const core::DeviceLimits& d) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     if (auto why = wgmma_shape_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
-    return {"attn_bwd_fused_wgmma_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.at("block_m")) + ", " +
-                n(c.at("num_warps") / 4) + ", " + n(c.at("num_stages")) + ", " + bool_arg(s.causal) + ", " +
+    return {"attn_bwd_fused_wgmma_kernel<" + type_arg(s) + ", " + n(s.head_dim) + ", " + n(c.block_m) + ", " +
+                n(c.warpgroups()) + ", " + n(c.num_stages) + ", " + bool_arg(s.causal) + ", " +
                 bool_arg(s.has_window()) + ">",
             {}};
   }
-  std::vector<Binding> bindings(const core::Config&, const attn::Shape&) const override {
+  std::vector<Binding> bindings(const attn::BwdConfig&, const attn::Shape&) const override {
     auto b = grad_inputs();
     b.insert(b.end(), {{offsetof(BwdParams, dq), kFusedDq}, {offsetof(BwdParams, dk), kFusedDk},
                        {offsetof(BwdParams, dv), kFusedDv}, {offsetof(BwdParams, ws), kFusedAcc}});
@@ -837,11 +846,12 @@ class AttnBwdFused final : public AttnBwdGrad {
     const attn::Shape s(p);
     cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(s.elements_q()), 0u, static_cast<CUstream>(env.stream));
   }
-  void launch(const LaunchEnv& env, const core::Config& c, const core::Problem& p) const override {
+  void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
+    const attn::BwdConfig c(config);
     const attn::Shape s(p);
     if (env.buffers.size() != std::size_t(kFusedAcc + 1))
       throw core::Error("attn_bwd_fused.launch: expects " + n(kFusedAcc + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
-    auto args = arguments(c, p);
+    auto args = arguments(config, p);
     auto stream = static_cast<CUstream>(env.stream);
     cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
                  stream, pack_kernel_args(args, env.buffers).pointers.data());
@@ -863,25 +873,25 @@ class AttnBwdFused final : public AttnBwdGrad {
     throw core::Error("attn_bwd_fused has no fp32 kernel");
   }
   const char* owned() const override { return "block_n"; }
-  std::int64_t warp_rows(const core::Config& c) const override { return c.at("block_n"); }
-  std::int64_t grid_x(const core::Config& c, const attn::Shape& s) const override {
-    return (s.seq_k + c.at("block_n") - 1) / c.at("block_n");
+  std::int64_t warp_rows(const attn::BwdConfig& c) const override { return c.block_n; }
+  std::int64_t grid_x(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    return (s.seq_k + c.block_n - 1) / c.block_n;
   }
-  std::int64_t grid_y(const core::Config&, const attn::Shape& s) const override { return s.heads_kv; }
+  std::int64_t grid_y(const attn::BwdConfig&, const attn::Shape& s) const override { return s.heads_kv; }
   void add_workspace(const attn::Shape& s, std::vector<BufferSpec>& b) const override {
     b.push_back({"dq_accum", core::DType::f32, s.elements_q(), BufferRole::workspace, 0, 0});
   }
   // K and V tiles, the dS^T tile (block_n x block_m), num_stages x (Q, dO, LSE, D) rounded up to 1 KiB,
   // and 1 KiB to align to the swizzle atoms (as the wgmma dkdv).
-  std::int64_t smem_bytes(const core::Config& c, const attn::Shape& s) const override {
-    const std::int64_t d = s.head_dim, bm = c.at("block_m"), bn = c.at("block_n");
-    return 4 * bn * d + 2 * bn * bm + c.at("num_stages") * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
+  std::int64_t smem_bytes(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    const std::int64_t d = s.head_dim, bm = c.block_m, bn = c.block_n;
+    return 4 * bn * d + 2 * bn * bm + c.num_stages * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024) + 1024;
   }
   // Per thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is larger;
   // dQ lives after S^T is spent), the A fragments (block_m / 4), ~28 others. The dQ piece has head_dim /
   // split columns, split = warpgroups per query row block (at most head_dim / 64).
-  std::int64_t registers(const core::Config& c, const attn::Shape& s) const override {
-    const std::int64_t hd = s.head_dim, bm = c.at("block_m"), wg = c.at("num_warps") / 4;
+  std::int64_t registers(const attn::BwdConfig& c, const attn::Shape& s) const override {
+    const std::int64_t hd = s.head_dim, bm = c.block_m, wg = c.warpgroups();
     const std::int64_t split = std::clamp<std::int64_t>(wg / std::max<std::int64_t>(bm / 64, 1), 1, std::max<std::int64_t>(hd / 64, 1));
     return hd + bm / 2 + std::max(bm / 2, hd / split / 2) + bm / 4 + 28;
   }

@@ -17,8 +17,8 @@ std::string n(std::int64_t v) { return std::to_string(v); }
 // each; LSE, D: block_m each), FFMA also P^T and dS^T (block_n x (block_m + 8) each). dq: Q, dO (block_m
 // rows each), num_stages x (K, V: block_n rows each), FFMA also dS (block_m x (block_n + 8)). Must match
 // the pointer layout at the top of the kernels.
-std::int64_t smem_bytes(Stage stage, const core::Config& c, const attn::Shape& s) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), stages = c.at("num_stages");
+std::int64_t smem_bytes(Stage stage, const attn::Tiles& c, const attn::Shape& s) {
+  const std::int64_t bm = c.block_m, bn = c.block_n, stages = c.num_stages;
   const std::int64_t row = s.head_dim + 4;
   const bool ffma = !s.tf32;
   std::int64_t floats = 0;
@@ -36,8 +36,8 @@ std::int64_t smem_bytes(Stage stage, const core::Config& c, const attn::Shape& s
 // per tile each), the A fragments (4 per tile), ~25 others. Calibrated on ptxas (NVRTC 13, sm_80 and sm_90a,
 // every config of the default spaces with causal, window and sink tokens, FT_BWD_F32_ALL_CONFIGS=1 in
 // tests/attention/attn_bwd_f32_test.cpp): of 1298 kernels none within 224 spills; 42 beyond it would not.
-std::int64_t registers(Stage stage, const core::Config& c, const attn::Shape& s) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), hd = s.head_dim;
+std::int64_t registers(Stage stage, const attn::Tiles& c, const attn::Shape& s) {
+  const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps, hd = s.head_dim;
   const std::int64_t rows = (stage == Stage::dkdv ? bn : bm) / warps;  // the warp's own rows
   const std::int64_t cols = stage == Stage::dkdv ? bm : bn;            // the other side of the score tiles
   const std::int64_t accs = stage == Stage::dkdv ? 2 : 1;
@@ -49,8 +49,8 @@ std::int64_t registers(Stage stage, const core::Config& c, const attn::Shape& s)
   return r * (accs * hd / 8 + cols / 4 + 4) + 33;
 }
 
-std::optional<std::string> can_run(Stage stage, const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
+std::optional<std::string> can_run(Stage stage, const attn::Tiles& c, const attn::Shape& s, const core::DeviceLimits& d) {
+  const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps, stages = c.num_stages;
   const std::int64_t own = stage == Stage::dkdv ? bn : bm;
   const char* owned = stage == Stage::dkdv ? "block_n" : "block_m";
   if (warps < 1 || own % (16 * warps) != 0 || own / (16 * warps) > 2)
@@ -69,10 +69,10 @@ std::optional<std::string> can_run(Stage stage, const core::Config& c, const att
   return std::nullopt;
 }
 
-std::string name_expression(Stage stage, const core::Config& c, const attn::Shape& s) {
+std::string name_expression(Stage stage, const attn::Tiles& c, const attn::Shape& s) {
   return std::string(stage == Stage::dkdv ? "attn_bwd_dkdv_f32_kernel<" : "attn_bwd_dq_f32_kernel<") +
-         n(s.head_dim) + ", " + n(c.at("block_m")) + ", " + n(c.at("block_n")) + ", " + n(c.at("num_warps")) +
-         ", " + n(c.at("num_stages")) + ", " + bool_arg(s.tf32) + ", " + bool_arg(s.causal) + ", " +
+         n(s.head_dim) + ", " + n(c.block_m) + ", " + n(c.block_n) + ", " + n(c.num_warps) +
+         ", " + n(c.num_stages) + ", " + bool_arg(s.tf32) + ", " + bool_arg(s.causal) + ", " +
          bool_arg(s.has_window()) + ">";
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/family.hpp"
 #include "harness/kernels/problem_views.hpp"
 
@@ -17,12 +18,12 @@ namespace flashtune::kernels::attn_bwd_f32 {
 enum class Stage { dkdv, dq };
 
 /// nullopt when the fp32 kernel of `stage` (FFMA or TF32 as p says) can run config c on device d, else why not.
-std::optional<std::string> can_run(Stage stage, const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d);
+std::optional<std::string> can_run(Stage stage, const attn::Tiles& c, const attn::Shape& s, const core::DeviceLimits& d);
 /// The name expression, e.g. "attn_bwd_dq_f32_kernel<64, 64, 64, 4, 2, false, true, false>".
-std::string name_expression(Stage stage, const core::Config& c, const attn::Shape& s);
+std::string name_expression(Stage stage, const attn::Tiles& c, const attn::Shape& s);
 /// [bytes] dynamic shared memory of one block.
-std::int64_t smem_bytes(Stage stage, const core::Config& c, const attn::Shape& s);
+std::int64_t smem_bytes(Stage stage, const attn::Tiles& c, const attn::Shape& s);
 /// Registers per thread, estimated (calibrated on ptxas; tests/attention/attn_bwd_f32_test.cpp compiles the space).
-std::int64_t registers(Stage stage, const core::Config& c, const attn::Shape& s);
+std::int64_t registers(Stage stage, const attn::Tiles& c, const attn::Shape& s);
 
 }  // namespace flashtune::kernels::attn_bwd_f32

@@ -108,7 +108,7 @@ class AttnEager final : public attn::AttentionFamily {
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
-    if (auto why = attn::check_block_threads(c, d)) return why;
+    if (auto why = attn::check_block_threads(attn::BaselineConfig(c), d)) return why;
     // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
     // pass rule there by construction, so such problems are not run.
     if (const attn::Shape s(p); s.has_rows_without_keys() && !s.learned_sinks)
@@ -120,7 +120,7 @@ class AttnEager final : public attn::AttentionFamily {
     using attn::bool_arg;
     const attn::Shape s(p);
     return {std::string("attn_eager_kernel<") + attn::storage_type(s.dtype) + ", " +
-                std::to_string(c.at("block_threads")) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">",
+                std::to_string(attn::BaselineConfig(c).block_threads) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">",
             {}};
   }
 
@@ -128,7 +128,7 @@ class AttnEager final : public attn::AttentionFamily {
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
     LaunchShape l;
     l.grid[0] = unsigned(std::min<std::int64_t>(attn::Shape(p).rows(), INT_MAX));
-    l.block[0] = unsigned(c.at("block_threads"));
+    l.block[0] = unsigned(attn::BaselineConfig(c).block_threads);
     return l;
   }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "harness/kernels/attention.hpp"
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/attn_fwd_f32.hpp"
 #include "harness/kernels/builtin.hpp"
 
@@ -14,18 +15,6 @@ namespace flashtune::kernels {
 namespace {
 
 const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
-
-// Tunables added after the first configs were recorded: an older config means the kernel it ran. mma: the
-// tensor-core generation; mma_pipe: wgmma tiles in flight per warpgroup; epilogue: how the wgmma kernel
-// writes O (1 direct, 2 staged); min_blocks: blocks per SM it is compiled to fit (__launch_bounds__);
-// pack_heads: query heads of a GQA group sharing one wgmma block.
-std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
-std::int64_t pipe_of(const core::Config& c) { return c.get("mma_pipe", 1); }
-std::int64_t epilogue_of(const core::Config& c) { return c.get("epilogue", 1); }
-std::int64_t min_blocks_of(const core::Config& c) { return c.get("min_blocks", 1); }
-std::int64_t pack_of(const core::Config& c) { return c.get("pack_heads", 1); }
-// Query rows of one head in a block: block_m / pack_heads.
-std::int64_t rows_per_head(const core::Config& c) { return c.at("block_m") / pack_of(c); }
 
 class AttnFwd final : public attn::AttentionFamily {
  public:
@@ -74,25 +63,26 @@ class AttnFwd final : public attn::AttentionFamily {
             "epilogue == 1 || mma == 90", "pack_heads == 1 || mma == 90", "block_m % pack_heads == 0"};
   }
 
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
+    const attn::FwdConfig c(config);
     const attn::Shape s(p);
-    const std::int64_t mma = mma_of(c);
+    const std::int64_t mma = c.mma;
     if (s.dtype == core::DType::f32)
-      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1 && pack_of(c) == 1
+      return mma == 80 && c.mma_pipe == 1 && c.min_blocks == 1 && c.epilogue == 1 && c.pack_heads == 1
                  ? attn_f32::can_run(c, s, d)
                  : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) "
                                               "are fp16/bf16 options; fp32 uses mma 80, mma_pipe 1, min_blocks 1, "
                                               "epilogue 1, pack_heads 1");
     if (mma == 90) return wgmma_can_run(c, s, d);
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
+    const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
+    const std::int64_t stages = c.num_stages, hd = s.head_dim;
     if (bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
       return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
-    if (pipe_of(c) != 1) return "mma_pipe " + std::to_string(pipe_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
-    if (min_blocks_of(c) != 1 || epilogue_of(c) != 1 || pack_of(c) != 1)
+    if (c.mma_pipe != 1) return "mma_pipe " + std::to_string(c.mma_pipe) + " is a wgmma (mma 90) option; mma 80 takes 1";
+    if (c.min_blocks != 1 || c.epilogue != 1 || c.pack_heads != 1)
       return "min_blocks, epilogue and pack_heads are wgmma (mma 90) options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = mma_smem(c, s);
@@ -109,34 +99,36 @@ class AttnFwd final : public attn::AttentionFamily {
     return std::nullopt;
   }
 
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const attn::FwdConfig c(config);
     const attn::Shape s(p);
     if (s.dtype == core::DType::f32) return {attn_f32::name_expression(c, s), {}};
     const std::string t = s.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
-    if (mma_of(c) == 90)
+    if (c.mma == 90)
       return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(s.head_dim) + ", " +
-                  std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
-                  std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
-                  std::to_string(min_blocks_of(c)) + ", " + std::to_string(epilogue_of(c)) + ", " +
+                  std::to_string(c.block_n) + ", " + std::to_string(c.warpgroups()) + ", " +
+                  std::to_string(c.num_stages) + ", " + std::to_string(c.mma_pipe) + ", " +
+                  std::to_string(c.min_blocks) + ", " + std::to_string(c.epilogue) + ", " +
                   bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) +
-                  (pack_of(c) > 1 ? ", " + std::to_string(pack_of(c)) : std::string()) + ">",
+                  (c.pack_heads > 1 ? ", " + std::to_string(c.pack_heads) : std::string()) + ">",
               {}};
     return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(s.head_dim) + ", " +
-                std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
-                std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +
+                std::to_string(c.block_m) + ", " + std::to_string(c.block_n) + ", " +
+                std::to_string(c.num_warps) + ", " + std::to_string(c.num_stages) + ", " +
                 bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) + ">",
             {}};
   }
 
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const attn::FwdConfig c(config);
     const attn::Shape a(p);
     LaunchShape s;
-    s.grid[0] = unsigned((a.seq_q + rows_per_head(c) - 1) / rows_per_head(c));
-    s.grid[1] = unsigned(a.heads_q / pack_of(c));
+    s.grid[0] = unsigned((a.seq_q + c.rows_per_head() - 1) / c.rows_per_head());
+    s.grid[1] = unsigned(a.heads_q / c.pack_heads);
     s.grid[2] = unsigned(a.batch);
-    s.block[0] = unsigned(32 * c.at("num_warps"));
+    s.block[0] = unsigned(32 * c.num_warps);
     s.dynamic_smem_bytes = a.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, a)
-                           : mma_of(c) == 90           ? unsigned(wgmma_smem(c, a))
+                           : c.mma == 90           ? unsigned(wgmma_smem(c, a))
                                                        : unsigned(mma_smem(c, a));
     return s;
   }
@@ -147,17 +139,17 @@ class AttnFwd final : public attn::AttentionFamily {
 
  private:
   // Q tile, then num_stages (K tile, V tile) pairs, all block x head_dim elements.
-  static std::int64_t mma_smem(const core::Config& c, const attn::Shape& s) {
-    return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * s.head_dim *
+  static std::int64_t mma_smem(const attn::FwdConfig& c, const attn::Shape& s) {
+    return (c.block_m + 2 * c.num_stages * c.block_n) * s.head_dim *
            std::int64_t(core::dtype_size(s.dtype));
   }
   // The same tiles, plus 1 KiB to align them to the 1024-byte swizzle atoms wgmma reads.
-  static std::int64_t wgmma_smem(const core::Config& c, const attn::Shape& s) { return mma_smem(c, s) + 1024; }
+  static std::int64_t wgmma_smem(const attn::FwdConfig& c, const attn::Shape& s) { return mma_smem(c, s) + 1024; }
 
-  static std::optional<std::string> wgmma_can_run(const core::Config& c, const attn::Shape& s,
+  static std::optional<std::string> wgmma_can_run(const attn::FwdConfig& c, const attn::Shape& s,
                                                   const core::DeviceLimits& d) {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
+    const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
+    const std::int64_t stages = c.num_stages, hd = s.head_dim;
     if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
     if (warps % 4 != 0 || bm != 16 * warps)
       return "mma 90: block_m " + std::to_string(bm) + " must be 64 rows per warpgroup (16 x num_warps " +
@@ -165,10 +157,10 @@ class AttnFwd final : public attn::AttentionFamily {
     if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 90: block_n must be 16, 32, 64 or 128";
     if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
-    const std::int64_t pipe = pipe_of(c);
+    const std::int64_t pipe = c.mma_pipe;
     if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
     if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
-    const std::int64_t pack = pack_of(c), group = s.group();
+    const std::int64_t pack = c.pack_heads, group = s.group();
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
              std::to_string(group) + ")";
@@ -185,8 +177,8 @@ class AttnFwd final : public attn::AttentionFamily {
              std::to_string(d.max_regs_per_thread) + ")";
     // min_blocks: the blocks must fit an SM together (threads, shared memory), and the register cap it
     // implies must leave the accumulators room (below it ptxas spills; the spill check prunes the rest).
-    if (epilogue_of(c) != 1 && epilogue_of(c) != 2) return "epilogue must be 1 (direct) or 2 (staged)";
-    const std::int64_t mb = min_blocks_of(c);
+    if (c.epilogue != 1 && c.epilogue != 2) return "epilogue must be 1 (direct) or 2 (staged)";
+    const std::int64_t mb = c.min_blocks;
     if (mb < 1 || mb > 8) return "min_blocks must be in 1..8";
     if (mb > 1) {
       if (32 * warps * mb > 2048)  // threads per SM on every sm_90a GPU

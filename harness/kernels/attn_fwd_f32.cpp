@@ -14,8 +14,8 @@ const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
 
 // [bytes] Q tile + num_stages (K, V) tiles, rows padded to head_dim + 4 floats; FFMA adds the P tile
 // (block_m x (block_n + 8) floats). Must match the pointer layout at the top of attn_fwd_f32_kernel.
-unsigned dynamic_smem_bytes(const core::Config& c, const attn::Shape& s) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), stages = c.at("num_stages");
+unsigned dynamic_smem_bytes(const attn::Tiles& c, const attn::Shape& s) {
+  const std::int64_t bm = c.block_m, bn = c.block_n, stages = c.num_stages;
   const std::int64_t stride = s.head_dim + 4;
   std::int64_t floats = bm * stride + 2 * stages * bn * stride;
   if (!s.tf32) floats += bm * (bn + 8);
@@ -30,15 +30,15 @@ unsigned dynamic_smem_bytes(const core::Config& c, const attn::Shape& s) {
 // Calibrated on ptxas (NVRTC 13.0, sm_80 and sm_90a, every config of the default space with all mask
 // switches on): every config this admits compiled without spills; FFMA spills from ~264 estimated, TF32
 // from ~256 (232 in the old TF32 weighting); tests/kernels/attn_fwd_f32_test.cpp recompiles the heaviest.
-static std::int64_t register_estimate(const core::Config& c, const attn::Shape& s) {
-  const std::int64_t rows = c.at("block_m") / c.at("num_warps"), hd = s.head_dim, bn = c.at("block_n");
+static std::int64_t register_estimate(const attn::Tiles& c, const attn::Shape& s) {
+  const std::int64_t rows = c.block_m / c.num_warps, hd = s.head_dim, bn = c.block_n;
   if (s.tf32) return rows * hd / 32 + rows * bn / 32 + (rows * hd <= 2048 ? rows * hd / 32 : 0) + 64;
   return rows * hd / 32 + rows * bn * 5 / 128 + rows + 40;
 }
 
-std::optional<std::string> can_run(const core::Config& c, const attn::Shape& s, const core::DeviceLimits& d) {
-  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-  const std::int64_t stages = c.at("num_stages"), hd = s.head_dim;
+std::optional<std::string> can_run(const attn::Tiles& c, const attn::Shape& s, const core::DeviceLimits& d) {
+  const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
+  const std::int64_t stages = c.num_stages, hd = s.head_dim;
   if (warps < 1 || bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
     return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
   if (bn < 16 || bn % 16 != 0) return "block_n must be a multiple of 16";
@@ -59,10 +59,10 @@ std::optional<std::string> can_run(const core::Config& c, const attn::Shape& s, 
   return std::nullopt;
 }
 
-std::string name_expression(const core::Config& c, const attn::Shape& s) {
-  return "attn_fwd_f32_kernel<" + std::to_string(s.head_dim) + ", " + std::to_string(c.at("block_m")) + ", " +
-         std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps")) + ", " +
-         std::to_string(c.at("num_stages")) + ", " + bool_arg(s.tf32) + ", " + bool_arg(s.causal) + ", " +
+std::string name_expression(const attn::Tiles& c, const attn::Shape& s) {
+  return "attn_fwd_f32_kernel<" + std::to_string(s.head_dim) + ", " + std::to_string(c.block_m) + ", " +
+         std::to_string(c.block_n) + ", " + std::to_string(c.num_warps) + ", " +
+         std::to_string(c.num_stages) + ", " + bool_arg(s.tf32) + ", " + bool_arg(s.causal) + ", " +
          bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) + ">";
 }
 

@@ -43,14 +43,14 @@ class AttnNaive final : public attn::AttentionFamily {
 
   std::optional<std::string> can_run(const core::Config& c, const core::Problem&,
                                      const core::DeviceLimits& d) const override {
-    return attn::check_block_threads(c, d);
+    return attn::check_block_threads(attn::BaselineConfig(c), d);
   }
 
   Specialization specialize(const core::Config& c, const core::Problem& p) const override {
     using attn::bool_arg;
     const attn::Shape s(p);
     return {std::string("attn_naive_softmax_kernel<") + attn::storage_type(score_dtype(s)) + ", " +
-                std::to_string(c.at("block_threads")) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) +
+                std::to_string(attn::BaselineConfig(c).block_threads) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) +
                 ", " + bool_arg(s.learned_sinks) + ">",
             {}};
   }
@@ -59,7 +59,7 @@ class AttnNaive final : public attn::AttentionFamily {
   LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
     LaunchShape l;
     l.grid[0] = unsigned(std::min<std::int64_t>(attn::Shape(p).rows(), INT_MAX));
-    l.block[0] = unsigned(c.at("block_threads"));
+    l.block[0] = unsigned(attn::BaselineConfig(c).block_threads);
     return l;
   }
 

@@ -28,7 +28,8 @@ std::vector<TunableSpec> tunables() {
 std::vector<std::string> constraints() { return {"vec * dtype_bytes <= 16"}; }
 
 std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
-  const std::int64_t threads = c.at("block_threads"), rows_per_block = c.at("rows_per_block"), vec = c.at("vec");
+  const RowConfig t(c);
+  const std::int64_t threads = t.block_threads, rows_per_block = t.rows_per_block, vec = t.vec;
   if (threads < 32 || threads % 32 != 0) return "block_threads " + std::to_string(threads) + " is not whole warps";
   if (threads > d.max_threads_per_block)
     return "block_threads " + std::to_string(threads) + " > device limit " + std::to_string(d.max_threads_per_block);
@@ -45,17 +46,18 @@ std::optional<std::string> can_run(const core::Config& c, const core::Problem& p
 }
 
 Specialization specialize(const std::string& kernel, const core::Config& c, const core::Problem& p) {
-  return {kernel + "<" + device_type_name(p.dtype) + ", " + std::to_string(c.at("block_threads")) + ", " +
-              std::to_string(c.at("rows_per_block")) + ", " + std::to_string(c.at("vec")) + ">",
+  const RowConfig t(c);
+  return {kernel + "<" + device_type_name(p.dtype) + ", " + std::to_string(t.block_threads) + ", " +
+              std::to_string(t.rows_per_block) + ", " + std::to_string(t.vec) + ">",
           {}};
 }
 
 LaunchShape launch_shape(const core::Config& c, const core::Problem& p) {
-  const std::int64_t rows_per_block = c.at("rows_per_block");
-  const std::int64_t groups = (Shape(p).rows + rows_per_block - 1) / rows_per_block;
+  const RowConfig t(c);
+  const std::int64_t groups = (Shape(p).rows + t.rows_per_block - 1) / t.rows_per_block;
   LaunchShape s;
   s.grid[0] = static_cast<unsigned>(std::min(groups, kMaxGridX));
-  s.block[0] = static_cast<unsigned>(c.at("block_threads"));
+  s.block[0] = static_cast<unsigned>(t.block_threads);
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/family.hpp"
 #include "harness/kernels/problem_views.hpp"
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "harness/kernels/builtin.hpp"
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/problem_views.hpp"
 #include "reference/attention.hpp"
 #include "reference/dtype.hpp"
@@ -28,10 +29,8 @@ std::string type_name(core::DType d) {
 }
 
 // The kernel's thread tile (SoftmaxMatmulTraits in the template): outputs per thread, and its columns.
-std::int64_t per_thread(const core::Config& c) {
-  return c.at("block_m") * c.at("block_n") / (32 * c.at("num_warps"));
-}
-std::int64_t thread_n(const core::Config& c) { return per_thread(c) >= 64 ? 8 : 4; }
+std::int64_t per_thread(const smm::SmmConfig& c) { return c.block_m * c.block_n / (32 * c.num_warps); }
+std::int64_t thread_n(const smm::SmmConfig& c) { return per_thread(c) >= 64 ? 8 : 4; }
 
 // Rows of X (in every batch) the reference computes: all when batch * d1 * d2 * d3 fits the budget, else
 // the first and last four plus rows spread over d1 (offset by a varying amount, so that they land at
@@ -89,10 +88,11 @@ class SoftmaxMatmul final : public KernelFamily {
     return std::nullopt;
   }
 
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), bk = c.at("block_k"), warps = c.at("num_warps");
-    const std::int64_t threads = 32 * warps;
+    const smm::SmmConfig c(config);
+    const std::int64_t bm = c.block_m, bn = c.block_n, bk = c.block_k, warps = c.num_warps;
+    const std::int64_t threads = c.threads();
     if (bm < 4 || bn < 4 || bk < 1 || warps < 1) return "block_m, block_n >= 4, block_k, num_warps >= 1";
     if (threads > d.max_threads_per_block)
       return std::to_string(threads) + " threads > " + std::to_string(d.max_threads_per_block) + " per block";
@@ -113,22 +113,23 @@ class SoftmaxMatmul final : public KernelFamily {
     return std::nullopt;
   }
 
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    return {"softmax_matmul_kernel<" + type_name(p.dtype) + ", " + std::to_string(c.at("block_m")) + ", " +
-                std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("block_k")) + ", " +
-                std::to_string(c.at("num_warps")) + ">",
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const smm::SmmConfig c(config);
+    return {"softmax_matmul_kernel<" + type_name(p.dtype) + ", " + std::to_string(c.block_m) + ", " +
+                std::to_string(c.block_n) + ", " + std::to_string(c.block_k) + ", " + std::to_string(c.num_warps) + ">",
             {}};
   }
 
   // grid (column tiles of d3, row tiles of d1, batch): the column tiles of one row tile run side by side
   // and share its X rows in L2.
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const smm::SmmConfig c(config);
     const smm::Shape s(p);
     LaunchShape l;
-    l.grid[0] = unsigned((s.d3 + c.at("block_n") - 1) / c.at("block_n"));
-    l.grid[1] = unsigned((s.d1 + c.at("block_m") - 1) / c.at("block_m"));
+    l.grid[0] = unsigned((s.d3 + c.block_n - 1) / c.block_n);
+    l.grid[1] = unsigned((s.d1 + c.block_m - 1) / c.block_m);
     l.grid[2] = unsigned(s.batch);
-    l.block[0] = unsigned(32 * c.at("num_warps"));
+    l.block[0] = unsigned(c.threads());
     l.dynamic_smem_bytes = unsigned(smem_bytes(c));
     return l;
   }
@@ -211,9 +212,9 @@ class SoftmaxMatmul final : public KernelFamily {
  private:
   // X chunk (block_k x (block_m + 4)), V chunk (block_k x block_n), partial maxima and sums (2 x split x
   // block_m), per-row rescale factor, max and sum (3 x block_m); all fp32. Mirrors the template's layout.
-  static std::int64_t smem_bytes(const core::Config& c) {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), bk = c.at("block_k");
-    const std::int64_t threads = 32 * c.at("num_warps");
+  static std::int64_t smem_bytes(const smm::SmmConfig& c) {
+    const std::int64_t bm = c.block_m, bn = c.block_n, bk = c.block_k;
+    const std::int64_t threads = c.threads();
     const std::int64_t split = threads >= bm ? threads / bm : 1;
     return 4 * (bk * (bm + 4) + bk * bn + 2 * split * bm + 3 * bm);
   }
