@@ -1,5 +1,5 @@
 // harness/kernels/attention.cpp: the attention problem, buffers, counts and reference shared by the
-// attention forward families.
+// attention forward operations, and what the materialized-score baselines share.
 #include "harness/kernels/attention.hpp"
 
 #include <algorithm>
@@ -46,9 +46,9 @@ std::vector<std::int64_t> reference_rows(const Shape& s, double budget) {
   return {rows.begin(), rows.end()};
 }
 
-std::vector<std::string> AttentionFamily::problem_dims() const { return {"batch", "heads_q", "seq_q", "head_dim"}; }
+std::vector<std::string> problem_dims() { return {"batch", "heads_q", "seq_q", "head_dim"}; }
 
-std::vector<OptionalDim> AttentionFamily::optional_problem_dims() const {
+std::vector<OptionalDim> optional_problem_dims() {
   return {
       {"heads_kv", -1, "key/value heads (GQA: heads_q a multiple of it; 1 = MQA); default heads_q"},
       {"seq_k", -1, "keys; default seq_q (causal masks align bottom-right when they differ)"},
@@ -62,14 +62,7 @@ std::vector<OptionalDim> AttentionFamily::optional_problem_dims() const {
   };
 }
 
-void AttentionFamily::complete_problem(core::Problem& p) const { attn::complete_problem(p); }
-
-std::optional<std::string> AttentionFamily::check_problem(const core::Problem& p) const {
-  return attn::check_problem(p, head_dims());
-}
-
-std::vector<BufferSpec> AttentionFamily::buffers(const core::Problem& p) const {
-  const Shape s(p);
+std::vector<BufferSpec> fwd_buffers(const Shape& s) {
   const double r = double(s.qk_range), bias = double(s.sink_bias);
   return {
       {"q", s.dtype, s.elements_q(), BufferRole::input, -r, r},
@@ -81,21 +74,19 @@ std::vector<BufferSpec> AttentionFamily::buffers(const core::Problem& p) const {
   };
 }
 
-double AttentionFamily::bytes_moved(const core::Problem& p) const {
+double fwd_bytes(const Shape& s) {
   double n = 0;
-  for (const auto& b : AttentionFamily::buffers(p)) n += double(b.elements) * double(core::dtype_size(b.dtype));
+  for (const auto& b : fwd_buffers(s)) n += double(b.elements) * double(core::dtype_size(b.dtype));
   return n;
 }
 
-double AttentionFamily::flops(const core::Problem& p) const {
-  const Shape s(p);
+double fwd_flops(const Shape& s) {
   return 4.0 * double(s.head_dim) * reference::attention_visible_pairs(s);
 }
 
-void AttentionFamily::reference(const core::Problem& p, const std::vector<HostTensor>& inputs,
-                                std::vector<HostTensor>& outputs, RefPrecision precision) const {
-  if (inputs.size() != 4 || outputs.size() != 2) throw core::Error(name() + ".reference: expects q, k, v, sinks -> o, lse");
-  const Shape s(p);
+void fwd_reference(const std::string& who, const Shape& s, const std::vector<HostTensor>& inputs,
+                   std::vector<HostTensor>& outputs, RefPrecision precision) {
+  if (inputs.size() != 4 || outputs.size() != 2) throw core::Error(who + ".reference: expects q, k, v, sinks -> o, lse");
   const auto rows = reference_rows(s, kReferenceBudget);
   auto& o = outputs[0].values;
   auto& lse = outputs[1].values;
@@ -135,24 +126,13 @@ void AttentionFamily::reference(const core::Problem& p, const std::vector<HostTe
 // FlashAttention does) while the naive same-precision reference keeps P in fp32, so atol forgives that
 // rounding: about one ulp of P at 1 (fp16 2^-10, bf16 2^-7), TF32 (2^-10 on P and a few ulps of the
 // products), exact fp32 a few ulps of an fp32 sum over thousands of keys.
-double AttentionFamily::default_atol(const core::Problem& p) const {
-  switch (p.dtype) {
+double fwd_atol(const Shape& s) {
+  switch (s.dtype) {
     case core::DType::f16: return 1e-3;
     case core::DType::bf16: return 8e-3;
     case core::DType::f32: break;
   }
-  return Shape(p).tf32 ? 2e-3 : 2e-5;
-}
-
-const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
-
-const char* storage_type(core::DType d) {
-  switch (d) {
-    case core::DType::f32: return "float";
-    case core::DType::f16: return "ft_half";
-    case core::DType::bf16: return "ft_bf16";
-  }
-  throw core::Error("storage_type: unknown dtype");
+  return s.tf32 ? 2e-3 : 2e-5;
 }
 
 std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch) {
@@ -161,7 +141,14 @@ std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batc
   return std::nullopt;
 }
 
-std::optional<std::string> check_block_threads(const BaselineConfig& c, const core::DeviceLimits& d) {
+LaunchShape BaselineKernel::launch_shape(const BaselineConfig& c, const Shape& s, const core::DeviceLimits&) const {
+  LaunchShape l;
+  l.grid[0] = unsigned(std::min<std::int64_t>(s.rows(), INT_MAX));
+  l.block[0] = unsigned(c.block_threads);
+  return l;
+}
+
+std::optional<std::string> BaselineKernel::can_run(const BaselineConfig& c, const Shape&, const core::DeviceLimits& d) const {
   const std::int64_t t = c.block_threads;
   if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
   if (t > d.max_threads_per_block)

@@ -1,6 +1,6 @@
 // harness/kernels/attn_bwd_f32.hpp: the fp32 kernels of the attn_bwd_dkdv and attn_bwd_dq families
 // (kernel_templates/attn_bwd_f32.cuh): exact FFMA, or TF32 tensor cores when the problem says tf32 = 1.
-// Same tunables, arguments, grids and buffers as the fp16 / bf16 kernels (attn_bwd.cpp); these say what
+// Same tunables, arguments, grids and buffers as the fp16 / bf16 kernels (attn_bwd_dkdv.cpp, attn_bwd_dq.cpp); these say what
 // differs: which configs run, the name expression, shared memory and the register estimate.
 #pragma once
 

@@ -82,8 +82,31 @@ enum class EagerOp : std::int32_t {
   softmax = 7, to_dtype = 8, row_max = 9, zero_inf = 10, sub_row = 11, exp = 12, row_sum = 13, log = 14, add = 15,
 };
 
-class AttnEager final : public attn::AttentionFamily {
+// The op kernel of attn_eager.cuh, one launch per PyTorch op; launch_shape() gives the block of every op, each
+// launch picks its own grid (AttnEager::launch()).
+class EagerOps final : public attn::BaselineKernel {
  public:
+  EagerOps()
+      : BaselineKernel({"ops", "attn_eager.cuh", {core::DType::f16, core::DType::bf16, core::DType::f32}, 0, "", {}, {}}) {}
+  std::optional<std::string> can_run(const attn::BaselineConfig& c, const attn::Shape& s,
+                                     const core::DeviceLimits& d) const override {
+    if (auto why = BaselineKernel::can_run(c, s, d)) return why;
+    // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
+    // pass rule there by construction, so such problems are not run.
+    if (s.has_rows_without_keys() && !s.learned_sinks)
+      return "causal with seq_q > seq_k leaves rows with no visible key, where eager PyTorch's softmax gives NaN";
+    return std::nullopt;
+  }
+  std::string name_expression(const attn::BaselineConfig& c, const attn::Shape& s) const override {
+    using attn::bool_arg;
+    return std::string("attn_eager_kernel<") + attn::storage_type(s.dtype) + ", " + std::to_string(c.block_threads) +
+           ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">";
+  }
+};
+
+class AttnEager final : public attn::AttentionOperation<attn::BaselineConfig> {
+ public:
+  AttnEager() { add_variant(std::make_unique<EagerOps>()); }
   std::string name() const override { return "attn_eager"; }
   std::string stage() const override { return "forward"; }
   std::string template_file() const override { return "attn_eager.cuh"; }
@@ -92,13 +115,8 @@ class AttnEager final : public attn::AttentionFamily {
            "materialized, cuBLAS matmuls, peak memory as PyTorch's allocator counts it";
   }
 
-  std::vector<TunableSpec> tunables() const override {
-    return {{"block_threads", {128, 256, 512, 1024}, "threads per block of every element-wise and row op"}};
-  }
-  std::vector<std::string> constraints() const override { return {"block_threads % 32 == 0"}; }
-
   std::optional<std::string> check_problem(const core::Problem& p) const override {
-    if (auto why = AttentionFamily::check_problem(p)) return why;
+    if (auto why = AttentionOperation::check_problem(p)) return why;
     // K and V repeated per query head: one GEMM per (batch, query head) of seq_q rows.
     const attn::Shape s(p);
     if (auto why = attn::check_gemm_sizes(s.seq_q, s.batch * s.heads_q)) return why;
@@ -106,35 +124,9 @@ class AttnEager final : public attn::AttentionFamily {
     return std::nullopt;
   }
 
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
-                                     const core::DeviceLimits& d) const override {
-    if (auto why = attn::check_block_threads(attn::BaselineConfig(c), d)) return why;
-    // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
-    // pass rule there by construction, so such problems are not run.
-    if (const attn::Shape s(p); s.has_rows_without_keys() && !s.learned_sinks)
-      return "causal with seq_q > seq_k leaves rows with no visible key, where eager PyTorch's softmax gives NaN";
-    return std::nullopt;
-  }
-
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    using attn::bool_arg;
-    const attn::Shape s(p);
-    return {std::string("attn_eager_kernel<") + attn::storage_type(s.dtype) + ", " +
-                std::to_string(attn::BaselineConfig(c).block_threads) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">",
-            {}};
-  }
-
-  // The block of every op; each launch picks its own grid (launch()).
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape l;
-    l.grid[0] = unsigned(std::min<std::int64_t>(attn::Shape(p).rows(), INT_MAX));
-    l.block[0] = unsigned(attn::BaselineConfig(c).block_threads);
-    return l;
-  }
-
   /// The shared attention buffers, then "workspace": every intermediate, eager::plan(p).bytes long.
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    auto b = AttentionFamily::buffers(p);
+    auto b = AttentionOperation::buffers(p);
     b.push_back({"workspace", core::DType::f32, eager::plan(p).bytes / 4, BufferRole::workspace, 0, 0});
     return b;
   }
@@ -234,8 +226,14 @@ class AttnEager final : public attn::AttentionFamily {
 
   // S rounded to the dtype twice before the softmax: by the Q K^T GEMM and by the scaling.
   double default_atol(const core::Problem& p) const override {
-    return attn::rounded_scores_atol(attn::Shape(p), AttentionFamily::default_atol(p), 2);
+    return attn::rounded_scores_atol(attn::Shape(p), AttentionOperation::default_atol(p), 2);
   }
+
+ protected:
+  std::vector<TunableSpec> shared_tunables() const override {
+    return {{"block_threads", {128, 256, 512, 1024}, "threads per block of every element-wise and row op"}};
+  }
+  std::vector<std::string> shared_constraints() const override { return {"block_threads % 32 == 0"}; }
 
  private:
   // One op's kernel arguments; buffers by index into the launch's buffer table.

@@ -1,16 +1,15 @@
-// harness/kernels/attn_fwd_f32.cpp: the fp32 kernels of attn_fwd (kernel_templates/attn_fwd_f32.cuh):
-// which configs can run (shared memory, a register estimate, the architecture), the name expression and
-// the dynamic shared memory of one block.
+// harness/kernels/attn_fwd_f32.cpp: attn_fwd's fp32 variant (kernel_templates/attn_fwd_f32.cuh): which configs
+// can run (shared memory, a register estimate, the architecture), the name expression and the dynamic shared
+// memory of one block.
 #include "harness/kernels/attn_fwd_f32.hpp"
+
+#include "harness/kernels/attention.hpp"
+#include "harness/kernels/attn_fwd.hpp"
 
 #include <cstdint>
 
 namespace flashtune::kernels::attn_f32 {
-namespace {
-
-const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
-
-}  // namespace
+using attn::bool_arg;
 
 // [bytes] Q tile + num_stages (K, V) tiles, rows padded to head_dim + 4 floats; FFMA adds the P tile
 // (block_m x (block_n + 8) floats). Must match the pointer layout at the top of attn_fwd_f32_kernel.
@@ -67,3 +66,32 @@ std::string name_expression(const attn::Tiles& c, const attn::Shape& s) {
 }
 
 }  // namespace flashtune::kernels::attn_f32
+
+namespace flashtune::kernels::attn {
+namespace {
+
+// The fp32 problems' kernel, whatever the config's mma (the only variant that takes f32); it takes the wgmma
+// variant's tunables at 1.
+class FwdF32 final : public FwdVariant {
+ public:
+  FwdF32() : FwdVariant({"f32", "attn_fwd_f32.cuh", {core::DType::f32}, 80, "", {}, {}}) {}
+
+  std::optional<std::string> can_run(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    if (c.mma == 80 && c.mma_pipe == 1 && c.min_blocks == 1 && c.epilogue == 1 && c.pack_heads == 1)
+      return attn_f32::can_run(c, s, d);
+    return "mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) are fp16/bf16 options; fp32 uses "
+           "mma 80, mma_pipe 1, min_blocks 1, epilogue 1, pack_heads 1";
+  }
+  std::string name_expression(const FwdConfig& c, const Shape& s) const override {
+    return attn_f32::name_expression(c, s);
+  }
+  LaunchShape launch_shape(const FwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
+    return fwd_launch(c, s, attn_f32::dynamic_smem_bytes(c, s));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<FwdVariant> make_fwd_f32_variant() { return std::make_unique<FwdF32>(); }
+
+}  // namespace flashtune::kernels::attn

@@ -3,8 +3,6 @@
 // stream: S = scale * Q K^T (cuBLAS), a softmax kernel that masks, adds the learned sink and writes P in
 // place and LSE (kernel_templates/attn_naive.cuh), O = P V (cuBLAS). S / P is a workspace buffer of
 // batch * heads_q * seq_q * seq_k elements, so the trial's device_bytes shows the quadratic memory.
-#include <algorithm>
-#include <climits>
 #include <cmath>
 
 #include "harness/cuda/module.hpp"
@@ -19,8 +17,22 @@ constexpr int kS = attn::kLse + 1;  // the workspace's buffer index, after the s
 // S / P storage: the problem dtype, as the naive algorithm rounds its matmul output (f32 stays f32).
 core::DType score_dtype(const attn::Shape& s) { return s.dtype; }
 
-class AttnNaive final : public attn::AttentionFamily {
+// The softmax kernel: masks, adds the learned sink, writes P in place and LSE.
+class NaiveSoftmax final : public attn::BaselineKernel {
  public:
+  NaiveSoftmax()
+      : BaselineKernel({"softmax", "attn_naive.cuh", {core::DType::f16, core::DType::bf16, core::DType::f32}, 0, "", {}, {}}) {}
+  std::string name_expression(const attn::BaselineConfig& c, const attn::Shape& s) const override {
+    using attn::bool_arg;
+    return std::string("attn_naive_softmax_kernel<") + attn::storage_type(score_dtype(s)) + ", " +
+           std::to_string(c.block_threads) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " +
+           bool_arg(s.learned_sinks) + ">";
+  }
+};
+
+class AttnNaive final : public attn::AttentionOperation<attn::BaselineConfig> {
+ public:
+  AttnNaive() { add_variant(std::make_unique<NaiveSoftmax>()); }
   std::string name() const override { return "attn_naive"; }
   std::string stage() const override { return "forward"; }
   std::string template_file() const override { return "attn_naive.cuh"; }
@@ -29,44 +41,17 @@ class AttnNaive final : public attn::AttentionFamily {
            "S materialized (quadratic memory)";
   }
 
-  std::vector<TunableSpec> tunables() const override {
-    return {{"block_threads", {128, 256, 512, 1024}, "threads of the softmax kernel, one block per row of S"}};
-  }
-  std::vector<std::string> constraints() const override { return {"block_threads % 32 == 0"}; }
-
   std::optional<std::string> check_problem(const core::Problem& p) const override {
-    if (auto why = AttentionFamily::check_problem(p)) return why;
+    if (auto why = AttentionOperation::check_problem(p)) return why;
     // A GQA group's query rows are one GEMM operand, (batch, kv head) the batch.
     const attn::Shape s(p);
     return attn::check_gemm_sizes(s.group() * s.seq_q, s.batch * s.heads_kv);
   }
 
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem&,
-                                     const core::DeviceLimits& d) const override {
-    return attn::check_block_threads(attn::BaselineConfig(c), d);
-  }
-
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    using attn::bool_arg;
-    const attn::Shape s(p);
-    return {std::string("attn_naive_softmax_kernel<") + attn::storage_type(score_dtype(s)) + ", " +
-                std::to_string(attn::BaselineConfig(c).block_threads) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) +
-                ", " + bool_arg(s.learned_sinks) + ">",
-            {}};
-  }
-
-  // The softmax kernel's launch: one block per row of S (blocks stride over rows past grid.x's limit).
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape l;
-    l.grid[0] = unsigned(std::min<std::int64_t>(attn::Shape(p).rows(), INT_MAX));
-    l.block[0] = unsigned(attn::BaselineConfig(c).block_threads);
-    return l;
-  }
-
   /// The shared attention buffers, then the workspace "s" (S, overwritten by P).
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
     const attn::Shape s(p);
-    auto b = AttentionFamily::buffers(p);
+    auto b = AttentionOperation::buffers(p);
     b.push_back({"s", score_dtype(s), s.rows() * s.seq_k, BufferRole::workspace, 0, 0});
     return b;
   }
@@ -110,8 +95,14 @@ class AttnNaive final : public attn::AttentionFamily {
   // attn::rounded_scores_atol. A host emulation of this pipeline (tests/kernels/attn_naive_test.cpp) sees
   // about a third of that bound at r = 4 (bf16: LSE 0.06, O 0.03).
   double default_atol(const core::Problem& p) const override {
-    return attn::rounded_scores_atol(attn::Shape(p), AttentionFamily::default_atol(p), 1);
+    return attn::rounded_scores_atol(attn::Shape(p), AttentionOperation::default_atol(p), 1);
   }
+
+ protected:
+  std::vector<TunableSpec> shared_tunables() const override {
+    return {{"block_threads", {128, 256, 512, 1024}, "threads of the softmax kernel, one block per row of S"}};
+  }
+  std::vector<std::string> shared_constraints() const override { return {"block_threads % 32 == 0"}; }
 };
 }  // namespace
 

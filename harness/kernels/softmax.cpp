@@ -11,9 +11,9 @@
 namespace flashtune::kernels {
 namespace {
 
-class Softmax final : public row::RowKernelFamily {
+class Softmax final : public row::RowOperation {
  public:
-  Softmax() : RowKernelFamily("softmax_kernel") {}
+  Softmax() { add_variant(std::make_unique<row::RowKernel>("online", "softmax.cuh", "softmax_kernel")); }
   std::string name() const override { return "softmax"; }
   std::string template_file() const override { return "softmax.cuh"; }
   std::string description() const override {

@@ -9,6 +9,7 @@
 
 #include "harness/kernels/builtin.hpp"
 #include "harness/kernels/config_views.hpp"
+#include "harness/kernels/operation.hpp"
 #include "harness/kernels/problem_views.hpp"
 #include "reference/attention.hpp"
 #include "reference/dtype.hpp"
@@ -18,15 +19,6 @@ namespace {
 
 constexpr double kReferenceBudget = 4e8;  // multiply-adds per reference precision
 constexpr std::int64_t kMaxGridYZ = 65535;
-
-std::string type_name(core::DType d) {
-  switch (d) {
-    case core::DType::f32: return "float";
-    case core::DType::f16: return "ft_half";
-    case core::DType::bf16: return "ft_bf16";
-  }
-  return "?";
-}
 
 // The kernel's thread tile (SoftmaxMatmulTraits in the template): outputs per thread, and its columns.
 std::int64_t per_thread(const smm::SmmConfig& c) { return c.block_m * c.block_n / (32 * c.num_warps); }
@@ -115,8 +107,9 @@ class SoftmaxMatmul final : public KernelFamily {
 
   Specialization specialize(const core::Config& config, const core::Problem& p) const override {
     const smm::SmmConfig c(config);
-    return {"softmax_matmul_kernel<" + type_name(p.dtype) + ", " + std::to_string(c.block_m) + ", " +
+    return {"softmax_matmul_kernel<" + std::string(storage_type(p.dtype)) + ", " + std::to_string(c.block_m) + ", " +
                 std::to_string(c.block_n) + ", " + std::to_string(c.block_k) + ", " + std::to_string(c.num_warps) + ">",
+            {},
             {}};
   }
 

@@ -10,9 +10,9 @@
 namespace flashtune::kernels {
 namespace {
 
-class WeightedRowSum final : public row::RowKernelFamily {
+class WeightedRowSum final : public row::RowOperation {
  public:
-  WeightedRowSum() : RowKernelFamily("weighted_row_sum_kernel") {}
+  WeightedRowSum() { add_variant(std::make_unique<row::RowKernel>("rowwise", "weighted_row_sum.cuh", "weighted_row_sum_kernel")); }
   std::string name() const override { return "weighted_row_sum"; }
   std::string template_file() const override { return "weighted_row_sum.cuh"; }
   std::string description() const override {

@@ -14,7 +14,6 @@
 #include "reference/dtype.hpp"
 
 using namespace flashtune;
-using kernels::attn::AttentionFamily;
 
 namespace {
 
