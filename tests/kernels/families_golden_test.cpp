@@ -1,22 +1,26 @@
 // tests/kernels/families_golden_test.cpp (cpu): every family's descriptor answers as it did on main at dded398,
 // before the operations / variants refactor (issue 18): can_run verdicts with their reasons, name expressions,
-// defines, template files, launch shapes, kernel arguments, buffers, FLOP and byte counts, tolerances, tunables
+// defines, launch shapes, kernel arguments, buffers, FLOP and byte counts, tolerances, tunables
 // and the references of small problems, over a sample of each family's default space and of every experiment
 // file's spaces, on sm_80 and sm_90a. tests/data/families_golden.txt holds one digest per group of lines (a
 // family, a family's default space on one problem, an experiment's study).
 // FT_GOLDEN_DUMP=<file> writes every line the digests cover (dump on two commits and diff them to see what
-// moved); FT_GOLDEN_WRITE=<file> writes the digests (only for a change that means to move them).
+// moved); FT_GOLDEN_WRITE=<file> writes the digests (only for a change that means to move them). Template files
+// are not in the digests (they move with kSplitTemplates): each variant names its own, as the split of
+// kernel_templates/ lays them out, and the runner compiles from it exactly when the switch is on.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 
 #include "harness/experiment/experiment.hpp"
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/operation.hpp"
 #include "tests/kernels/kernel_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -103,7 +107,6 @@ std::string config_line(const kernels::KernelFamily& f, const core::Config& c, c
   const auto spec = f.specialize(c, p);
   s += "ok " + spec.name_expression;
   for (const auto& def : spec.defines) s += " -D" + def;
-  s += " file=" + f.template_file_for(c, p);
   const auto l = f.launch_shape(c, p, d);
   s += " grid=" + join_values({l.grid[0], l.grid[1], l.grid[2]}) + " block=" + join_values({l.block[0], l.block[1], l.block[2]}) +
        " smem=" + std::to_string(l.dynamic_smem_bytes) + " args";
@@ -254,6 +257,47 @@ TEST(FamiliesGolden, EveryGroupAnswersAsMainDidBeforeTheRefactor) {
   for (const auto& [name, d] : golden)
     if (!groups.count(name)) ADD_FAILURE() << "group gone: " << name;
   EXPECT_GT(golden.size(), 100u);
+}
+
+// The template file of the kernel config c runs on problem p, written out per operation from the layout of
+// kernel_templates/ after its split (issue 18), independently of the descriptors.
+std::string expected_template(const kernels::KernelFamily& f, const core::Config& c, const core::Problem& p) {
+  const bool f32 = p.dtype == core::DType::f32;
+  const std::int64_t mma = c.get("mma", 80);
+  const std::string n = f.name();
+  if (n == "attn_fwd") return f32 ? "attn_fwd_f32.cuh" : mma == 90 ? "attn_fwd_sm90.cuh" : "attn_fwd.cuh";
+  if (n == "attn_bwd_preprocess" || n == "attn_bwd_dsink") return "attn_bwd_rows.cuh";
+  if (n == "attn_bwd_dkdv") return f32 ? "attn_bwd_f32.cuh" : mma == 90 ? "attn_bwd_sm90.cuh" : "attn_bwd.cuh";
+  if (n == "attn_bwd_dq" || n == "attn_bwd_dq_delta") return f32 ? "attn_bwd_f32.cuh" : "attn_bwd.cuh";
+  if (n == "attn_bwd_fused") return "attn_bwd_sm90.cuh";
+  return f.template_file();  // one kernel in one file
+}
+
+TEST(FamiliesGolden, EachVariantNamesItsOwnTemplate) {
+  const auto device = core::DeviceLimits::for_arch("sm_90a");
+  for (const auto& f : kernels::all_families()) {
+    const auto* op = dynamic_cast<const kernels::OperationBase*>(f.get());
+    if (!op) continue;  // a family of one kernel outside the operation / variant scheme (softmax_matmul)
+    if (kernels::kSplitTemplates) {
+      for (const auto* v : op->variant_infos())
+        EXPECT_FALSE(flashtune::testing::read_template(v->template_file).empty()) << f->name() << " " << v->name;
+    }
+    std::set<std::string> seen;  // variants some runnable config selected
+    const auto space = sample(flashtune::testing::default_space(*f));
+    for (const auto& p : default_problems(*f)) {
+      if (f->check_problem(p)) continue;
+      for (const auto& c : space) {
+        if (f->can_run(c, p, device)) continue;
+        const std::string what = f->name() + " " + p.key() + " " + c.key();
+        seen.insert(op->selected(c, p).name);
+        const std::string file = op->selected(c, p).template_file;
+        EXPECT_EQ(file, expected_template(*f, c, p)) << what;
+        EXPECT_EQ(f->specialize(c, p).template_file, kernels::kSplitTemplates ? file : "") << what;
+        EXPECT_EQ(f->template_file_for(c, p), kernels::kSplitTemplates ? file : f->template_file()) << what;
+      }
+    }
+    EXPECT_EQ(seen.size(), op->variant_infos().size()) << f->name() << ": a variant no default config runs";
+  }
 }
 
 }  // namespace
