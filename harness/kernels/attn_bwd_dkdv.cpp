@@ -5,7 +5,6 @@
 // the split sink tiles' partials.
 #include <algorithm>
 
-#include "harness/cuda/module.hpp"
 #include "harness/kernels/attn_bwd_f32.hpp"
 #include "harness/kernels/attn_bwd_stage.hpp"
 #include "harness/kernels/builtin.hpp"
@@ -81,9 +80,7 @@ class DkdvWgmma final : public GradVariant {
     return std::nullopt;
   }
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
-    return "attn_bwd_dkdv_wgmma_kernel<" + std::string(attn::storage_type(s.dtype)) + ", " + n(s.head_dim) + ", " +
-           n(c.block_m) + ", " + n(c.warpgroups()) + ", " + n(c.num_stages) + ", " + attn::bool_arg(s.causal) + ", " +
-           attn::bool_arg(s.has_window()) + ">";
+    return wgmma_name("attn_bwd_dkdv_wgmma_kernel", c, s);
   }
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
     return dkdv_launch(c, s, smem_bytes(c, s));
@@ -141,24 +138,16 @@ class AttnBwdDkdv final : public GradStage {
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const BwdConfig c(config);
     const Shape s(p);
-    if (env.buffers.size() != std::size_t(kWorkspace + 1))
-      throw core::Error("attn_bwd_dkdv.launch: expects " + n(kWorkspace + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
+    attn::expect_buffers(env, std::size_t(kWorkspace + 1), name());
     auto args = arguments(config, p);
-    auto stream = static_cast<CUstream>(env.stream);
-    cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
-                 stream, pack_kernel_args(args, env.buffers).pointers.data());
+    launch_pass(env, args);
     if (active_split(c, s) == 1) return;
     const std::int64_t elems = sink_rows(s) * s.head_dim, threads = env.shape.threads_per_block();
-    std::get<ParamsArg>(args[0]).set(offsetof(BwdParams, reduce), std::int32_t(1));
-    auto reduce = pack_kernel_args(args, env.buffers);
-    const unsigned grid[3] = {unsigned((elems + threads - 1) / threads), env.shape.grid[1], env.shape.grid[2]};
-    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, reduce.pointers.data());
+    launch_second_pass(env, args, offsetof(BwdParams, reduce),
+                       {unsigned((elems + threads - 1) / threads), env.shape.grid[1], env.shape.grid[2]});
   }
   /// S^T, dP^T, dK and dV recomputed or accumulated: 8 * head_dim per visible pair and query head.
-  double flops(const core::Problem& p) const override {
-    const Shape s(p);
-    return 8.0 * double(s.head_dim) * reference::attention_visible_pairs(s);
-  }
+  double flops(const core::Problem& p) const override { return visible_pair_flops(Shape(p), 8.0); }
 
  protected:
   std::vector<TunableSpec> shared_tunables() const override {
@@ -196,16 +185,12 @@ class AttnBwdDkdv final : public GradStage {
     return b;
   }
   void rows_to_check(const Shape& s, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
-    // a key row costs batch * heads_q * seq_q * head_dim, as a query row with the seqs swapped
-    k_rows = every_row_if_empty(attn::reference_rows(s.transposed(), attn::kReferenceBudget), s.seq_k);
+    k_rows = key_rows_to_check(s);
     q_rows = {0};  // dQ is not this stage's: one row keeps the reference from computing it whole
   }
   void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>&,
             const std::vector<std::int64_t>& k_rows, const Shape& s) const override {
-    out[0].values = std::move(g.dk);
-    out[1].values = std::move(g.dv);
-    const auto c = checked_rows(k_rows, s.batch * s.heads_kv, s.seq_k, s.head_dim);
-    out[0].checked = c, out[1].checked = c;
+    take_dkdv(g, out[0], out[1], k_rows, s);
   }
 };
 

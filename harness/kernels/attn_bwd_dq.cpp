@@ -104,10 +104,7 @@ class AttnBwdDq : public GradStage {
     return "attention backward dQ: one block per query tile over the key tiles it sees, no atomics";
   }
   /// S, dP and dQ: 6 * head_dim per visible pair and query head.
-  double flops(const core::Problem& p) const override {
-    const Shape s(p);
-    return 6.0 * double(s.head_dim) * reference::attention_visible_pairs(s);
-  }
+  double flops(const core::Problem& p) const override { return visible_pair_flops(Shape(p), 6.0); }
 
  protected:
   struct NoVariants {};
@@ -123,13 +120,12 @@ class AttnBwdDq : public GradStage {
     return b;
   }
   void rows_to_check(const Shape& s, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
-    q_rows = every_row_if_empty(attn::reference_rows(s, attn::kReferenceBudget), s.seq_q);
+    q_rows = query_rows_to_check(s);
     k_rows = {0};  // dK, dV are not this stage's
   }
   void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
             const std::vector<std::int64_t>&, const Shape& s) const override {
-    out[0].values = std::move(g.dq);
-    out[0].checked = checked_rows(q_rows, s.batch * s.heads_q, s.seq_q, s.head_dim);
+    take_dq(g, out[0], q_rows, s);
   }
 };
 

@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "harness/cuda/buffer.hpp"
-#include "harness/cuda/module.hpp"
 #include "harness/kernels/attn_bwd_stage.hpp"
 #include "harness/kernels/builtin.hpp"
 
@@ -15,8 +14,6 @@ namespace flashtune::kernels {
 namespace {
 
 using namespace attn_bwd;
-
-std::string n(std::int64_t v) { return std::to_string(v); }
 
 class FusedWgmma final : public GradVariant {
  public:
@@ -29,9 +26,7 @@ class FusedWgmma final : public GradVariant {
     return std::nullopt;
   }
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
-    return "attn_bwd_fused_wgmma_kernel<" + std::string(attn::storage_type(s.dtype)) + ", " + n(s.head_dim) + ", " +
-           n(c.block_m) + ", " + n(c.warpgroups()) + ", " + n(c.num_stages) + ", " + attn::bool_arg(s.causal) + ", " +
-           attn::bool_arg(s.has_window()) + ">";
+    return wgmma_name("attn_bwd_fused_wgmma_kernel", c, s);
   }
   // One block per key tile, per kv head.
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
@@ -74,23 +69,15 @@ class AttnBwdFused final : public GradStage {
   }
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
-    if (env.buffers.size() != std::size_t(kFusedAcc + 1))
-      throw core::Error("attn_bwd_fused.launch: expects " + n(kFusedAcc + 1) + " buffers, got " + n(std::int64_t(env.buffers.size())));
+    attn::expect_buffers(env, std::size_t(kFusedAcc + 1), name());
     auto args = arguments(config, p);
-    auto stream = static_cast<CUstream>(env.stream);
-    cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
-                 stream, pack_kernel_args(args, env.buffers).pointers.data());
-    std::get<ParamsArg>(args[0]).set(offsetof(BwdParams, convert), std::int32_t(1));
-    auto convert = pack_kernel_args(args, env.buffers);
+    launch_pass(env, args);
     const std::int64_t quads = s.seq_q * s.head_dim / 4, threads = env.shape.threads_per_block();
-    const unsigned grid[3] = {unsigned((quads + threads - 1) / threads), unsigned(s.heads_q), unsigned(s.batch)};
-    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, stream, convert.pointers.data());
+    launch_second_pass(env, args, offsetof(BwdParams, convert),
+                       {unsigned((quads + threads - 1) / threads), unsigned(s.heads_q), unsigned(s.batch)});
   }
   /// S^T, dP^T, dV, dK and dQ: 10 * head_dim per visible pair and query head (the whole backward's count).
-  double flops(const core::Problem& p) const override {
-    const Shape s(p);
-    return 10.0 * double(s.head_dim) * reference::attention_visible_pairs(s);
-  }
+  double flops(const core::Problem& p) const override { return visible_pair_flops(Shape(p), 10.0); }
 
  protected:
   std::vector<TunableSpec> shared_tunables() const override {
@@ -114,17 +101,13 @@ class AttnBwdFused final : public GradStage {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};
   }
   void rows_to_check(const Shape& s, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
-    q_rows = every_row_if_empty(attn::reference_rows(s, attn::kReferenceBudget), s.seq_q);
-    k_rows = every_row_if_empty(attn::reference_rows(s.transposed(), attn::kReferenceBudget), s.seq_k);
+    q_rows = query_rows_to_check(s);
+    k_rows = key_rows_to_check(s);
   }
   void take(reference::AttnGrads& g, std::vector<HostTensor>& out, const std::vector<std::int64_t>& q_rows,
             const std::vector<std::int64_t>& k_rows, const Shape& s) const override {
-    out[0].values = std::move(g.dq);
-    out[0].checked = checked_rows(q_rows, s.batch * s.heads_q, s.seq_q, s.head_dim);
-    out[1].values = std::move(g.dk);
-    out[2].values = std::move(g.dv);
-    const auto c = checked_rows(k_rows, s.batch * s.heads_kv, s.seq_k, s.head_dim);
-    out[1].checked = c, out[2].checked = c;
+    take_dq(g, out[0], q_rows, s);
+    take_dkdv(g, out[1], out[2], k_rows, s);
   }
 };
 

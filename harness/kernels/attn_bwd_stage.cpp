@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "harness/cuda/module.hpp"
 #include "reference/dtype.hpp"
 
 namespace flashtune::kernels::attn_bwd {
@@ -22,6 +23,24 @@ std::vector<double> o_for_delta(const Shape& s, const std::vector<double>& dout,
       o[r * std::size_t(d) + std::size_t(e)] = delta[r] * dout[r * std::size_t(d) + std::size_t(e)] / sq;
   }
   return o;
+}
+
+// `rows` as reference_rows() gives them, or (empty: every row) 0 .. count - 1.
+std::vector<std::int64_t> every_row_if_empty(std::vector<std::int64_t> rows, std::int64_t count) {
+  if (rows.empty())
+    for (std::int64_t i = 0; i < count; ++i) rows.push_back(i);
+  return rows;
+}
+
+// Marks `rows` (of `seq` per head, over `heads` heads of `width` elements each) checked; empty when they are all
+// `seq` rows (HostTensor::checked: every element).
+std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, std::int64_t heads, std::int64_t seq,
+                                       std::int64_t width) {
+  if (rows.empty() || std::int64_t(rows.size()) == seq) return {};
+  std::vector<std::uint8_t> c(std::size_t(heads * seq * width), 0);
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t i : rows) std::fill_n(c.begin() + std::ptrdiff_t((h * seq + i) * width), width, 1);
+  return c;
 }
 
 }  // namespace
@@ -63,19 +82,24 @@ std::vector<double> delta_of(const Shape& s, const std::vector<double>& o, const
   return delta;
 }
 
-std::vector<std::int64_t> every_row_if_empty(std::vector<std::int64_t> rows, std::int64_t count) {
-  if (rows.empty())
-    for (std::int64_t i = 0; i < count; ++i) rows.push_back(i);
-  return rows;
+std::vector<std::int64_t> query_rows_to_check(const Shape& s) {
+  return every_row_if_empty(attn::reference_rows(s, attn::kReferenceBudget), s.seq_q);
 }
 
-std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, std::int64_t heads, std::int64_t seq,
-                                       std::int64_t width) {
-  if (rows.empty() || std::int64_t(rows.size()) == seq) return {};
-  std::vector<std::uint8_t> c(std::size_t(heads * seq * width), 0);
-  for (std::int64_t h = 0; h < heads; ++h)
-    for (std::int64_t i : rows) std::fill_n(c.begin() + std::ptrdiff_t((h * seq + i) * width), width, 1);
-  return c;
+std::vector<std::int64_t> key_rows_to_check(const Shape& s) {
+  return every_row_if_empty(attn::reference_rows(s.transposed(), attn::kReferenceBudget), s.seq_k);
+}
+
+void take_dq(reference::AttnGrads& g, HostTensor& dq, const std::vector<std::int64_t>& q_rows, const Shape& s) {
+  dq.values = std::move(g.dq);
+  dq.checked = checked_rows(q_rows, s.batch * s.heads_q, s.seq_q, s.head_dim);
+}
+
+void take_dkdv(reference::AttnGrads& g, HostTensor& dk, HostTensor& dv, const std::vector<std::int64_t>& k_rows,
+               const Shape& s) {
+  dk.values = std::move(g.dk);
+  dv.values = std::move(g.dv);
+  dk.checked = dv.checked = checked_rows(k_rows, s.batch * s.heads_kv, s.seq_k, s.head_dim);
 }
 
 std::string mma_sync_name(const std::string& kernel, const BwdConfig& c, const Shape& s) {
@@ -129,6 +153,12 @@ std::optional<std::string> min_blocks_problem(const BwdConfig& c, const Shape& s
   return std::nullopt;
 }
 
+std::string wgmma_name(const std::string& kernel, const BwdConfig& c, const Shape& s) {
+  return kernel + "<" + attn::storage_type(s.dtype) + ", " + n(s.head_dim) + ", " + n(c.block_m) + ", " +
+         n(c.warpgroups()) + ", " + n(c.num_stages) + ", " + attn::bool_arg(s.causal) + ", " +
+         attn::bool_arg(s.has_window()) + ">";
+}
+
 std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
                                          std::int64_t smem, std::int64_t regs) {
   const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
@@ -151,6 +181,22 @@ std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, con
 std::int64_t wgmma_stage_bytes(const BwdConfig& c, const Shape& s) {
   const std::int64_t bm = c.block_m, d = s.head_dim;
   return c.num_stages * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024);
+}
+
+double visible_pair_flops(const Shape& s, double per_dim) {
+  return per_dim * double(s.head_dim) * reference::attention_visible_pairs(s);
+}
+
+void launch_pass(const LaunchEnv& env, const std::vector<KernelArg>& args) {
+  cuda::launch(static_cast<CUfunction>(env.function), env.shape.grid, env.shape.block, env.shape.dynamic_smem_bytes,
+               static_cast<CUstream>(env.stream), pack_kernel_args(args, env.buffers).pointers.data());
+}
+
+void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3]) {
+  std::get<ParamsArg>(args[0]).set(flag, std::int32_t(1));
+  auto packed = pack_kernel_args(args, env.buffers);
+  cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, static_cast<CUstream>(env.stream),
+               packed.pointers.data());
 }
 
 LaunchShape grad_launch(std::int64_t grid_x, std::int64_t grid_y, const BwdConfig& c, const Shape& s, std::int64_t smem) {

@@ -67,12 +67,25 @@ TunableSpec min_blocks_tunable();
 std::optional<std::string> min_blocks_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
                                               std::int64_t smem, std::int64_t acc);
 
+/// "kernel<T, head_dim, block_m, warpgroups, num_stages, causal, window>": a wgmma backward kernel (dkdv's mma 90,
+/// fused).
+std::string wgmma_name(const std::string& kernel, const BwdConfig& c, const Shape& s);
 /// What keeps a config from the wgmma backward loop (attn_bwd_sm90.cuh: attn_bwd_dkdv's mma 90 and attn_bwd_fused)
 /// on device d, given its shared memory [bytes] and register estimate; nullopt when it can run.
 std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
                                          std::int64_t smem, std::int64_t regs);
 /// [bytes] the wgmma loop's num_stages (Q, dO tiles, LSE, D of block_m rows), each rounded up to 1 KiB.
 std::int64_t wgmma_stage_bytes(const BwdConfig& c, const Shape& s);
+
+/// [FLOP] `per_dim` * head_dim per visible (query, key) pair per query head.
+double visible_pair_flops(const Shape& s, double per_dim);
+
+/// A stage that launches itself twice (dkdv's reduction of split sink tiles, fused's dQ conversion): enqueues its
+/// kernel on env.stream with `args` and env.shape.
+void launch_pass(const LaunchEnv& env, const std::vector<KernelArg>& args);
+/// Then the same kernel with the int member at `flag` (offsetof(BwdParams, ...)) of args' params set to 1, on
+/// `grid` with env.shape's block and no dynamic shared memory.
+void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3]);
 
 /// A gradient stage's launch: grid (`grid_x`, `grid_y`, batch), 32 num_warps threads, `smem` [bytes].
 LaunchShape grad_launch(std::int64_t grid_x, std::int64_t grid_y, const BwdConfig& c, const Shape& s, std::int64_t smem);
@@ -133,11 +146,14 @@ class GradStage : public BwdOperation<BwdConfig> {
                     const std::vector<std::int64_t>& k_rows, const Shape& s) const = 0;
 };
 
-/// `rows` as reference_rows() gives them, or (empty: every row) 0 .. count - 1.
-std::vector<std::int64_t> every_row_if_empty(std::vector<std::int64_t> rows, std::int64_t count);
-/// Marks `rows` (of `seq` per head, over `heads` heads of `width` elements each) checked; empty when they are all
-/// `seq` rows (HostTensor::checked: every element).
-std::vector<std::uint8_t> checked_rows(const std::vector<std::int64_t>& rows, std::int64_t heads, std::int64_t seq,
-                                       std::int64_t width);
+/// The query rows a gradient stage's reference computes: reference_rows(), or every row when it says all.
+std::vector<std::int64_t> query_rows_to_check(const Shape& s);
+/// The key rows (a key row costs batch * heads_q * seq_q * head_dim, as a query row with the sequences swapped).
+std::vector<std::int64_t> key_rows_to_check(const Shape& s);
+/// Moves g's dQ into `dq`, its `q_rows` checked (all of them: every element).
+void take_dq(reference::AttnGrads& g, HostTensor& dq, const std::vector<std::int64_t>& q_rows, const Shape& s);
+/// Moves g's dK and dV into `dk` and `dv`, their `k_rows` checked.
+void take_dkdv(reference::AttnGrads& g, HostTensor& dk, HostTensor& dv, const std::vector<std::int64_t>& k_rows,
+               const Shape& s);
 
 }  // namespace flashtune::kernels::attn_bwd
