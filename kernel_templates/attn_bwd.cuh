@@ -1,5 +1,6 @@
-// kernel_templates/attn_bwd.cuh: attention backward, FlashAttention-2 style, as four kernels each tuned on
-// its own (the attn_bwd_preprocess, attn_bwd_dkdv, attn_bwd_dq and attn_bwd_dsink families):
+// kernel_templates/attn_bwd.cuh: attention backward, FlashAttention-2 style, on mma.sync: the kernels of the
+// attn_bwd_dkdv (mma = 80), attn_bwd_dq and attn_bwd_dq_delta families, each tuned on its own. The backward's
+// stages (the rows kernels are attn_bwd_rows.cuh):
 //   preprocess  D_i = rowsum(dO_i * O_i), fp32
 //   dkdv        one block per (block_n keys, kv head, batch): loops over every query head of the GQA group
 //               and every query tile that can see its keys (no atomics), recomputing P = exp(S - LSE);
@@ -8,239 +9,16 @@
 //   dsink       d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi, one block per head, fixed order (deterministic)
 // fp16 / bf16 on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async pipelines of kStages tiles) with fp32
 // accumulation; dQ, dK and dV are written in the problem dtype (fp32, exact and TF32: attn_bwd_f32.cuh).
-// The building blocks (PTX wrappers, FtSwizzle, ft_load_tile, FtMma) and the mask / tile-skipping rules are
-// the forward's (attn_fwd.cuh, attn_common.cuh). dO shares Q's strides; dK and dV share K's; LSE and D
-// are (batch, heads_q, seq_q) fp32.
+// The building blocks (loaders, tile products, mask and tile-skipping rules, P from LSE) are the device
+// library's (ft/). dO shares Q's strides; dK and dV share K's; LSE and D are (batch, heads_q, seq_q) fp32.
 #pragma once
 
-#include "attn_fwd.cuh"
-
-// 4 bytes global -> shared; src_bytes = 0 fills the destination with zeros.
-__device__ __forceinline__ void ft_cp_async4(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-
-// LSE, then D, of a tile's kBlockM query rows (from `lse`, `delta`) as 2 kBlockM floats at dst; rows at or
-// past `valid` are zero-filled. A fixed trip count from 0 with unsigned indices, as ft_load_tile's kLean.
-template <int kBlockM, int kThreads>
-__device__ __forceinline__ void ft_load_lse_delta(unsigned dst, const float* lse, const float* delta, int valid) {
-  const unsigned tid = ft_opaque(unsigned(threadIdx.x));
-#pragma unroll
-  for (int it = 0; it < (2 * kBlockM + kThreads - 1) / kThreads; ++it) {
-    const unsigned r = unsigned(it * kThreads) + tid;
-    if ((2 * kBlockM) % kThreads != 0 && r >= unsigned(2 * kBlockM)) break;
-    const unsigned rr = r % kBlockM;
-    const bool in = int(rr) < valid;
-    ft_cp_async4(dst + r * 4, (r < kBlockM ? lse : delta) + (in ? rr : 0), in ? 4 : 0);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Tile products on swizzled kHeadDim-wide shared-memory tiles (FtSwizzle), 16-bit operands, fp32 acc.
-
-// acc[mt][nt] += A[a_row0 + 16 mt + (0..15), :] . B[b_row0 + 8 nt + (0..7), :], the contraction over the
-// head dim: S = Q K^T, dP = dO V^T (and their transposes with the roles of the tiles swapped).
-template <typename T, int kHeadDim, int kMT, int kNT>
-__device__ __forceinline__ void ft_mma_rows_by_rows(float (&acc)[kMT][kNT][4], unsigned smem_a, int a_row0,
-                                                    unsigned smem_b, int b_row0) {
-  static_assert(kNT % 2 == 0, "B rows come in pairs of 8-row tiles");
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-    unsigned a[kMT][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-      ft_ldmatrix_x4(a[mt], smem_a + FtSwizzle<kHeadDim>::offset(a_row0 + mt * 16 + (lane & 15), ks * 2 + (lane >> 4)));
-#pragma unroll
-    for (int np = 0; np < kNT / 2; ++np) {
-      unsigned b[4];
-      const int r = b_row0 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-      ft_ldmatrix_x4(b, smem_b + FtSwizzle<kHeadDim>::offset(r, ks * 2 + ((lane >> 3) & 1)));
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        FtMma<T>::run(acc[mt][2 * np], a[mt], b[0], b[1]);
-        FtMma<T>::run(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// acc[mt][dt] += A[mt] . B[b_row0 + (0 .. 16 kKS - 1), :]: A in registers (kKS k16 fragments per 16-row
-// tile, from ft_pack_a), the contraction over B's rows, B read transposed: dV += P^T dO, dK += dS^T Q,
-// dQ += dS K.
-template <typename T, int kHeadDim, int kMT, int kKS>
-__device__ __forceinline__ void ft_mma_regs_by_tile(float (&acc)[kMT][kHeadDim / 8][4], const unsigned (&a)[kMT][kKS][4],
-                                                    unsigned smem_b, int b_row0) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int ks = 0; ks < kKS; ++ks) {
-#pragma unroll
-    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-      unsigned b[4];
-      const int r = b_row0 + ks * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-      ft_ldmatrix_x4_trans(b, smem_b + FtSwizzle<kHeadDim>::offset(r, dp * 2 + (lane >> 4)));
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        FtMma<T>::run(acc[mt][2 * dp], a[mt][ks], b[0], b[1]);
-        FtMma<T>::run(acc[mt][2 * dp + 1], a[mt][ks], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// fp32 accumulator tiles (16 x 8 each) rounded to T as A fragments of the next product (the forward's
-// P -> A conversion: an accumulator pair of 8-column tiles is one k16 A fragment).
-template <typename T, int kMT, int kNT>
-__device__ __forceinline__ void ft_pack_a(unsigned (&f)[kMT][kNT / 2][4], const float (&s)[kMT][kNT][4]) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int ks = 0; ks < kNT / 2; ++ks) {
-      f[mt][ks][0] = FtMma<T>::pack(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-      f[mt][ks][1] = FtMma<T>::pack(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-      f[mt][ks][2] = FtMma<T>::pack(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-      f[mt][ks][3] = FtMma<T>::pack(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-    }
-}
-
-template <typename T, int kMT, int kDT>
-__device__ __forceinline__ void ft_zero(float (&acc)[kMT][kDT][4]) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
-}
-
-// Accumulator rows (rows g and g + 8 of each 16-row tile) times `mul`, rounded to T, stored at
-// base + row * row_stride for rows in [row_begin, rows); first_row is the warp's first row of the block.
-template <typename T, int kMT, int kDT>
-__device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int first_row, int rows,
-                                              const float (&acc)[kMT][kDT][4], float mul, int row_begin = 0) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = first_row + mt * 16 + g + 8 * r;
-      if (row >= rows || row < row_begin) continue;
-      T* p = base + row * row_stride;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
-            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
-    }
-}
-
-// The same with a row -> destination map: row_dst(row) is the row's first element, or nullptr to skip it.
-template <typename T, int kMT, int kDT, typename RowDst>
-__device__ __forceinline__ void ft_store_rows_at(RowDst row_dst, int first_row, const float (&acc)[kMT][kDT][4],
-                                                 float mul) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      T* p = row_dst(first_row + mt * 16 + g + 8 * r);
-      if (!p) continue;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<unsigned*>(p + dt * 8 + 2 * t4) =
-            FtMma<T>::pack(acc[mt][dt][2 * r] * mul, acc[mt][dt][2 * r + 1] * mul);
-    }
-}
-
-// Accumulator rows below `rows` as fp32, unscaled, at base + row * kDT * 8 (a dense workspace).
-template <int kMT, int kDT>
-__device__ __forceinline__ void ft_store_rows_f32(float* base, int first_row, int rows, const float (&acc)[kMT][kDT][4]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = first_row + mt * 16 + g + 8 * r;
-      if (row >= rows) continue;
-      float* p = base + static_cast<long long>(row) * (kDT * 8);
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        *reinterpret_cast<float2*>(p + dt * 8 + 2 * t4) = make_float2(acc[mt][dt][2 * r], acc[mt][dt][2 * r + 1]);
-    }
-}
-
-// The query rows [lo, hi) that can see some key of [n0, n1) (n1 <= seq_k): the inverse of FtAttnTiles.
-// Causal: i >= n0 - offset. Window: i < n1 - 1 - offset + window, unless the keys hold a sink token.
-template <bool kCausal, bool kWindow>
-struct FtAttnQueryRange {
-  int lo, hi;
-  __device__ __forceinline__ FtAttnQueryRange(const FtAttnMask<kCausal, kWindow>& m, int n0, int n1) {
-    lo = 0, hi = m.seq_q;
-    if (kCausal) lo = max(0, n0 - m.offset);
-    if (kWindow && n0 >= m.sink_tokens) hi = min(hi, max(0, n1 - 1 - m.offset + m.window));
-    if (n1 <= n0) hi = 0;
-    if (lo > hi) lo = hi;
-  }
-};
-
-// The (query head, query tile) of a dK / dV block's work items in order, stepped one item at a time: item i
-// is head i / count, tile i % count of the block's range, without a division per item (a division by a
-// runtime count is ~20 instructions, and its I2F was the hottest stall of the dK / dV loop on GPT-OSS).
-struct FtItemCursor {
-  int head, tile, count;
-  __device__ __forceinline__ FtItemCursor(int first_item, int t_count)
-      : head(t_count > 0 ? first_item / t_count : 0), tile(t_count > 0 ? first_item % t_count : 0), count(t_count) {}
-  __device__ __forceinline__ void next() {
-    if (++tile == count) tile = 0, ++head;
-  }
-};
-
-// ---------------------------------------------------------------------------------------------
-// D = rowsum(dO * O) in fp32: one block per (block_m rows, query head, batch); kHeadDim / kVec lanes per
-// row, each reading 16 bytes (kVec = 8 fp16 / bf16 or 4 fp32 elements) of O and dO.
-template <typename T, int kHeadDim, int kBlockM, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_preprocess_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
-  enum : int { kVec = 16 / sizeof(T), kLanes = kHeadDim / kVec, kRowsPerPass = 32 / kLanes };
-  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "head_dim / kVec lanes per row");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h = blockIdx.y, b = blockIdx.z, m0 = blockIdx.x * kBlockM;
-  const long long head = b * p.q_sb + h * p.q_sh;
-  for (int base = warp * kRowsPerPass; base < kBlockM; base += kWarps * kRowsPerPass) {
-    const int row = m0 + base + lane / kLanes;
-    const bool in = base + lane / kLanes < kBlockM && row < p.seq_q;
-    float sum = 0.f;
-    if (in) {
-      const long long off = head + row * p.q_ss + (lane % kLanes) * kVec;
-      const FtVec<T, kVec> a = load_vec<T, kVec>(p.o + off), d = load_vec<T, kVec>(p.dout + off);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) sum = fmaf(to_float(a.v[e]), to_float(d.v[e]), sum);
-    }
-    sum = warp_sum<kLanes>(sum);
-    if (in && lane % kLanes == 0) p.delta[(static_cast<long long>(b) * p.heads_q + h) * p.seq_q + row] = sum;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// d s_h = -sum_{b, i} exp(s_h - LSE_bhi) D_bhi: one block per query head, each thread a strided partial
-// sum, then the warps' sums added in warp order: the same bits on every run.
-template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32)
-    attn_bwd_dsink_kernel(const __grid_constant__ FtAttnBwdParams<float> p) {
-  __shared__ float part[kWarps];
-  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float s = p.sinks[h];
-  float sum = 0.f;
-  for (int b = 0; b < p.batch; ++b) {
-    const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q;
-    for (int i = threadIdx.x; i < p.seq_q; i += kWarps * 32) sum += exp_of(s - p.lse[row0 + i]) * p.delta[row0 + i];
-  }
-  sum = warp_sum(sum);
-  if (lane == 0) part[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) total += part[w];
-    p.dsinks[h] = -total;
-  }
-}
+#include "attn_params.cuh"
+#include "ft/copy.cuh"
+#include "ft/items.cuh"
+#include "ft/mask.cuh"
+#include "ft/mma.cuh"
+#include "ft/softmax.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // dK, dV: one block per (block_n keys, kv head, batch); each warp owns kNTiles (1 or 2) tiles of 16 keys
@@ -364,8 +142,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 
   float dk_acc[kNTiles][kDTiles][4], dv_acc[kNTiles][kDTiles][4];
-  ft_zero<T>(dk_acc);
-  ft_zero<T>(dv_acc);
+  ft_zero(dk_acc);
+  ft_zero(dv_acc);
 
   for (int i = 0; i < n_items; ++i) {
     if (i + kStages - 1 < n_items) load_item(i + kStages - 1);
@@ -381,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     // S^T = K Q^T (raw), then P^T = exp2(S^T scale log2 e - LSE log2 e), 0 where not visible.
     float s[kNTiles][kQCols][4];
-    ft_zero<T>(s);
+    ft_zero(s);
     ft_mma_rows_by_rows<T, kHeadDim, kNTiles, kQCols>(s, smem_k, warp_row0, smem_q, 0);
     const bool need_mask = m0 + kBlockM > p.seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
     const float scale_log2 = p.scale * kLog2e;
@@ -395,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
           for (int c = 0; c < 4; ++c) {
             const int col = qc * 8 + 2 * t4 + (c & 1);
             const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
-            const float prob = ft_exp2(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e));
+            const float prob = ft_prob_from_lse<false>(s[nt][qc][c], scale_log2, lse_s[col] * kLog2e);
             const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
             s[nt][qc][c] = vis ? prob : 0.f;
           }
@@ -406,7 +184,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 
     // dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q.
     float dp[kNTiles][kQCols][4];
-    ft_zero<T>(dp);
+    ft_zero(dp);
     ft_mma_rows_by_rows<T, kHeadDim, kNTiles, kQCols>(dp, smem_v, warp_row0, smem_do, 0);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
@@ -556,7 +334,7 @@ __device__ __forceinline__ void attn_bwd_dq_body(const FtAttnBwdParams<T> p) {
   };
   const float scale_log2 = p.scale * kLog2e;
   float dq_acc[kMTiles][kDTiles][4];
-  ft_zero<T>(dq_acc);
+  ft_zero(dq_acc);
 
   for (int i = 0; i < n_tiles; ++i) {
     if (i + kStages - 1 < n_tiles) load_kv(i + kStages - 1);
@@ -570,8 +348,8 @@ __device__ __forceinline__ void attn_bwd_dq_body(const FtAttnBwdParams<T> p) {
     const int n0 = tiles.tile(i) * kBlockN;
 
     float s[kMTiles][kNTiles][4], dp[kMTiles][kNTiles][4];
-    ft_zero<T>(s);
-    ft_zero<T>(dp);
+    ft_zero(s);
+    ft_zero(dp);
     ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(s, smem_q, warp_row0, smem_k, 0);
     ft_mma_rows_by_rows<T, kHeadDim, kMTiles, kNTiles>(dp, smem_do, warp_row0, smem_v, 0);
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
@@ -586,7 +364,7 @@ __device__ __forceinline__ void attn_bwd_dq_body(const FtAttnBwdParams<T> p) {
             const int r = c >> 1;
             const int row = query_of(warp_row0 + mt * 16 + g + 8 * r);
             const int key = n0 + nt * 8 + 2 * t4 + (c & 1);
-            const float prob = ft_exp2(fmaf(s[mt][nt][c], scale_log2, -lse2[mt][r]));
+            const float prob = ft_prob_from_lse<false>(s[mt][nt][c], scale_log2, lse2[mt][r]);
             const bool vis = !kMasked || mask.visible(row, key);
             dp[mt][nt][c] = vis ? prob * (dp[mt][nt][c] - d_row[mt][r]) : 0.f;
           }
@@ -628,5 +406,4 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   attn_bwd_dq_body<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kCausal, kWindow, kMinBlocks, kPackHeads, true>(p);
 }
 
-#include "attn_bwd_f32.cuh"   // fp32: exact FFMA and TF32 dkdv / dq
-#include "attn_bwd_sm90.cuh"  // attn_bwd_dkdv on Hopper warpgroup MMA (mma = 90), attn_bwd_fused
+

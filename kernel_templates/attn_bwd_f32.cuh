@@ -1,11 +1,14 @@
 // kernel_templates/attn_bwd_f32.cuh: the fp32 kernels of attn_bwd_dkdv and attn_bwd_dq (attn_bwd.cuh has the
 // fp16 / bf16 ones; same arguments, grids and semantics). As the fp32 forward: kTf32 = false, exact FFMA from
 // shared memory; true, TF32 tensor cores (mma.sync m16n8k8, cvt.rna.tf32 operands, fp32 accumulation). Rows
-// padded to head_dim + 4 floats, loaded by cp.async. Only attn_fwd_f32.cuh is included, so
+// padded to head_dim + 4 floats, loaded by cp.async. The PTX wrappers are ft/f32.cuh's, so
 // tests/kernels/attn_fwd_f32_emulation.hpp can run these kernels on the CPU.
 #pragma once
 
-#include "attn_fwd_f32.cuh"
+#include "attn_params.cuh"
+#include "ft/f32.cuh"
+#include "ft/mask.cuh"
+#include "ft/softmax.cuh"
 
 namespace ft_attn_bwd_f32 {
 
@@ -14,17 +17,6 @@ using ft_attn_f32::cp_async_wait;
 using ft_attn_f32::load_rows_async;
 using ft_attn_f32::mma_tf32;
 using ft_attn_f32::to_tf32;
-
-// The query rows [lo, hi) that can see some key of [n0, n1) (n1 <= seq_k): the inverse of FtAttnTiles
-// (attn_bwd.cuh's FtAttnQueryRange, which this file cannot include).
-template <bool kCausal, bool kWindow>
-__device__ __forceinline__ void query_range(const FtAttnMask<kCausal, kWindow>& m, int n0, int n1, int& lo, int& hi) {
-  lo = 0, hi = m.seq_q;
-  if (kCausal) lo = max(0, n0 - m.offset);
-  if (kWindow && n0 >= m.sink_tokens) hi = min(hi, max(0, n1 - 1 - m.offset + m.window));
-  if (n1 <= n0) hi = 0;
-  if (lo > hi) lo = hi;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Exact fp32. Lane = 8 lr + lc; of a warp's rows the lane owns r = lr + 4 i (i < kR), of a score tile the
@@ -260,10 +252,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const int warp_row0 = warp * kRowsW;
 
   const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
-  int lo, hi;
-  query_range(mask, n0, n1, lo, hi);
-  const int t_first = lo / kBlockM;
-  const int t_count = hi > lo ? (hi + kBlockM - 1) / kBlockM - t_first : 0;
+  const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
+  const int t_first = rows.lo / kBlockM;
+  const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
   const int n_items = group * t_count;
 
   // Item i (query head h_kv * group + i / t_count, query tile t_first + i % t_count) into stage i % kStages:
@@ -292,7 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
 
   const float scale_log2 = p.scale * kLog2e;
-  using Acc = typename ft_attn_f32::Select<kTf32, float[kNT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
+  using Acc = typename FtSelect<kTf32, float[kNT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
   Acc dk_acc, dv_acc;
   zero(dk_acc);
   zero(dv_acc);
@@ -327,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               const int col = qc * 8 + 2 * t + (c & 1);
               const int key = n0 + warp_row0 + nt * 16 + g + 8 * (c >> 1);
               const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
-              const float prob = vis ? exp2f(fmaf(s[nt][qc][c], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
+              const float prob = vis ? ft_prob_from_lse<true>(s[nt][qc][c], scale_log2, lse_s[col] * kLog2e) : 0.f;
               s[nt][qc][c] = prob;
               dp[nt][qc][c] = prob * (dp[nt][qc][c] - d_s[col]);
             }
@@ -354,7 +345,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
             const int col = lc + 8 * tc;
             const int key = n0 + warp_row0 + lr + 4 * i2;
             const bool vis = !kMasked || (m0 + col < p.seq_q && mask.visible(m0 + col, key));
-            const float prob = vis ? exp2f(fmaf(s[i2][tc], scale_log2, -lse_s[col] * kLog2e)) : 0.f;
+            const float prob = vis ? ft_prob_from_lse<true>(s[i2][tc], scale_log2, lse_s[col] * kLog2e) : 0.f;
             p_w[(lr + 4 * i2) * kPS + col] = prob;
             ds_w[(lr + 4 * i2) * kPS + col] = prob * (dp[i2][tc] - d_s[col]);
           }
@@ -449,7 +440,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     d_row[r] = p.delta[at];
   }
   const float scale_log2 = p.scale * kLog2e;
-  using Acc = typename ft_attn_f32::Select<kTf32, float[kMT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
+  using Acc = typename FtSelect<kTf32, float[kMT][kHeadDim / 8][4], float[kR][FfmaDims<kHeadDim>::kDims]>::type;
   Acc dq_acc;
   zero(dq_acc);
 
@@ -461,7 +452,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     const float* sk = s_kv + (i % kStages) * 2 * kTile;
     const float* sv = sk + kTile;
     const int n0 = tiles.tile(i) * kBlockN;
-    if (ft_attn_f32::warp_has_work(mask, w0, w1, n0, kBlockN)) {
+    if (ft_attn_tile_has_work(mask, w0, w1, n0, kBlockN)) {
       const bool need_mask = ft_attn_tile_needs_mask(mask, w0, w1, n0, kBlockN);
       if constexpr (kTf32) {
         const int g = lane / 4, t = lane % 4;
@@ -482,7 +473,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
                 const int row = w0 + 16 * mt + g + 8 * (c >> 1);
                 const int key = n0 + nt * 8 + 2 * t + (c & 1);
                 const bool vis = !kMasked || mask.visible(row, key);
-                dp[mt][nt][c] = vis ? exp2f(fmaf(s[mt][nt][c], scale_log2, -lse2[r])) * (dp[mt][nt][c] - d_row[r]) : 0.f;
+                dp[mt][nt][c] = vis ? ft_prob_from_lse<true>(s[mt][nt][c], scale_log2, lse2[r]) * (dp[mt][nt][c] - d_row[r]) : 0.f;
               }
         });
         tf32_regs_by_tile<kHeadDim, kMT, kC>(dq_acc, dp, sk, lane);
@@ -504,7 +495,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
               const int key = n0 + lc + 8 * tc;
               const bool vis = !kMasked || mask.visible(row, key);
               ds_w[(lr + 4 * r) * kPS + lc + 8 * tc] =
-                  vis ? exp2f(fmaf(s[r][tc], scale_log2, -lse2[r])) * (dp[r][tc] - d_row[r]) : 0.f;
+                  vis ? ft_prob_from_lse<true>(s[r][tc], scale_log2, lse2[r]) * (dp[r][tc] - d_row[r]) : 0.f;
             }
         });
         __syncwarp();

@@ -6,9 +6,17 @@
 //   attn_bwd_fused_wgmma_kernel  the attn_bwd_fused family: the same loop also adds dQ's share of every item
 //                                (dS K) into an fp32 accumulator with atomics, so dK, dV and dQ take one pass;
 //                                a second launch of it (convert = 1) writes dQ = scale * accumulator in T.
-// The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader) are the forward's
-// (attn_fwd_sm90.cuh).
+// The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader, the mask, P from LSE)
+// are the device library's (ft/).
 #pragma once
+
+#include "attn_params.cuh"
+#include "ft/copy.cuh"
+#include "ft/items.cuh"
+#include "ft/mask.cuh"
+#include "ft/mma.cuh"
+#include "ft/softmax.cuh"
+#include "ft/wgmma.cuh"
 
 // dK, dV: one block per (64 x kWarpgroups keys, kv head, batch); each warpgroup owns 64 key rows and works
 // on the transposed products (keys as the wgmma M rows), so P^T and dS^T are A operands from registers:
@@ -51,7 +59,6 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     kQCols = kBlockM / 8,                    // 8-query accumulator tiles of S^T, dP^T
     kKSteps = kHeadDim / 16,                 // k16 steps of K Q^T, V dO^T
     kPSteps = kBlockM / 16,                  // k16 steps of P^T dO, dS^T Q
-    kPvN = kHeadDim < 128 ? kHeadDim : 128,  // N of one dV / dK instruction; kHeadDim / kPvN per step
     kKvBytes = kBlockN * kHeadDim * 2,
     kTileBytes = kBlockM * kHeadDim * 2,
     kStageBytes = (2 * kTileBytes + 8 * kBlockM + 1023) / 1024 * 1024,  // Q, dO, LSE, D
@@ -135,30 +142,13 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     }
     ft_wgmma_commit();
   };
-  // acc (64 x kHeadDim) += A fragments (64 x kBlockM) times the tile at smem_b (kBlockM x kHeadDim), read
-  // N-major: 16 tile rows = two 8-row groups = 2048 bytes.
+  // acc (64 x kHeadDim) += A fragments (64 x kBlockM) times the tile at smem_b (kBlockM x kHeadDim), N-major.
   auto issue_regs_by_tile = [&](float* acc, const unsigned (*af)[4], unsigned smem_b) {
-    ft_fence_regs<kHeadDim / 2>(acc);
-    ft_wgmma_fence();
-#pragma unroll
-    for (int ps = 0; ps < kPSteps; ++ps)
-#pragma unroll
-      for (int nc = 0; nc < kHeadDim / kPvN; ++nc) {
-        const unsigned long long db =
-            ft_wgmma_desc(smem_b + unsigned(ps * 2048 + nc * (kPvN / 64) * kSlabQ), kSlabQ, 1024);
-        FtWgmma<T, kPvN>::template rs<1>(acc + nc * (kPvN / 2), af[ps], db, 1);
-      }
-    ft_wgmma_commit();
+    ft_wgmma_regs_by_tile<T, kHeadDim, kPSteps>(acc, af, smem_b, kSlabQ);
   };
   // Accumulators (64 x kBlockM) rounded to T as the m16n8k16 A fragments of the next product.
   auto pack_a = [&](const float* s, unsigned (*af)[4]) {
-#pragma unroll
-    for (int ps = 0; ps < kPSteps; ++ps) {
-      af[ps][0] = FtMma<T>::pack(s[(2 * ps) * 4 + 0], s[(2 * ps) * 4 + 1]);
-      af[ps][1] = FtMma<T>::pack(s[(2 * ps) * 4 + 2], s[(2 * ps) * 4 + 3]);
-      af[ps][2] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 0], s[(2 * ps + 1) * 4 + 1]);
-      af[ps][3] = FtMma<T>::pack(s[(2 * ps + 1) * 4 + 2], s[(2 * ps + 1) * 4 + 3]);
-    }
+    ft_pack_a_tile<T, kQCols>(*reinterpret_cast<unsigned(*)[kPSteps][4]>(af), *reinterpret_cast<const float(*)[kQCols][4]>(s));
   };
 
   for (int i = 0; i < n_items; ++i) {
@@ -190,7 +180,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
           for (int e = 0; e < 2; ++e) {
             const int col = nt * 8 + 2 * t4 + e;
             float& x = s[nt * 4 + 2 * r + e];
-            const float p = ft_exp2(fmaf(x, scale_log2, -lse_s[col] * kLog2e));
+            const float p = ft_prob_from_lse<false>(x, scale_log2, lse_s[col] * kLog2e);
             const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
             x = vis ? p : 0.f;
           }

@@ -11,7 +11,10 @@
 // per row (blocks stride over rows, four elements per access where the row length allows) and
 // reduce in fp32 like PyTorch's CUDA softmax and reductions. The softmax is PyTorch's: max, sum of
 // exp(x - max), exp(x - max) / sum; a row that is all -inf therefore gives NaN, as torch.softmax does.
-#include "attn_common.cuh"
+#include "attn_params.cuh"
+#include "ft/mask.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 enum AttnEagerOp : int {
   kEagerRepeatKv = 0,    // out[b, h, s, :] = a[b, h / group, s, :]; n = batch * heads_q * seq_k * head_dim
@@ -77,9 +80,14 @@ __device__ __forceinline__ void eager_store4(T* p, long long e, int count, bool 
 // T: the problem's storage type (float, ft_half, ft_bf16). The mask flags only matter to kEagerMask.
 template <typename T, int kBlockThreads, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    attn_eager_kernel(int op, const void* __restrict__ a, const void* __restrict__ b, void* __restrict__ out,
-                      long long n, int cols, int a_f32, int heads_q, int group, int seq_q, int seq_k, int head_dim,
-                      int window, int sink_tokens, float scale) {
+    attn_eager_kernel(const __grid_constant__ FtAttnEagerParams p) {
+  const int op = p.op, cols = p.cols, a_f32 = p.a_f32, heads_q = p.heads_q, group = p.group, seq_q = p.seq_q;
+  const int seq_k = p.seq_k, head_dim = p.head_dim, window = p.window, sink_tokens = p.sink_tokens;
+  const long long n = p.n;
+  const float scale = p.scale;
+  const void* const __restrict__ a = p.a;
+  const void* const __restrict__ b = p.b;
+  void* const __restrict__ out = p.out;
   static_assert(kBlockThreads % 32 == 0 && kBlockThreads >= 32 && kBlockThreads <= 1024,
                 "whole warps, at most 1024 threads");
   __shared__ float scratch[kBlockThreads / 32];

@@ -5,68 +5,13 @@
 // Host side: harness/kernels/attn_fwd_f32.cpp (shared memory size, register estimate, name expression).
 #pragma once
 
-#include "attn_common.cuh"
+#include "attn_params.cuh"
+#include "ft/f32.cuh"
+#include "ft/mask.cuh"
+#include "ft/softmax.cuh"
 
-// Everything but the kernel lives in this namespace: attn_fwd.cuh includes this file and has helpers of
-// its own.
+// Everything but the kernel lives in this namespace (with ft/f32.cuh's PTX wrappers, the host emulation's hooks).
 namespace ft_attn_f32 {
-
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers. A host emulation of the kernel (tests/kernels/attn_fwd_f32_emulation.hpp) defines
-// FT_ATTN_F32_HOST_PTX and brings its own versions of these five, so the rest of the file is the code
-// the GPU runs.
-#ifndef FT_ATTN_F32_HOST_PTX
-/// Copies 16 bytes global -> shared without holding registers; valid = false writes 16 zero bytes
-/// (src-size 0: nothing is read). Both addresses 16-byte aligned.
-__device__ __forceinline__ void cp_async_16(float* smem, const float* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-/// fp32 -> tf32 (round to nearest, ties away from zero), as the 32-bit pattern mma reads.
-__device__ __forceinline__ unsigned to_tf32(float x) {
-  unsigned r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-/// d += A (16 x 8, row) * B (8 x 8, col), tf32 inputs, fp32 accumulators. Lane (g = lane / 4, t = lane % 4)
-/// holds a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]}, b = {B[t][g], B[t+4][g]},
-/// d = {D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]} (PTX ISA, mma.m16n8k8 fragment layouts).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/// Four 8 x 4 fp32 matrices from shared memory: lane l passes the address of row l % 8 of matrix l / 8
-/// (16 contiguous bytes); lane (g, t) receives element [g][t] of matrix i in r[i] (ldmatrix .b16 moves
-/// 32-bit words unchanged).
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const float* row) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-#endif
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-// std::conditional (NVRTC sees no system headers).
-template <bool kFirst, class A, class B>
-struct Select {
-  using type = A;
-};
-template <class A, class B>
-struct Select<false, A, B> {
-  using type = B;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The tile geometry both variants share. Q, K and V rows sit in shared memory padded to kHeadDim + 4
@@ -96,48 +41,8 @@ struct Slice {
   long long q_ss, k_ss, v_ss, o_ss;  // [elements] row strides
   int seq_q;
   float scale_log2;  // softmax scale * log2(e): scores in the log2 domain
-  float sink_log2;   // learned sink logit * log2(e) (learned sinks only)
+  float sink_log2;   // learned sink logit * log2(e) (learned sinks only; else -inf)
 };
-
-/// cp.async of rows [row0, row0 + kRows) of a matrix with kHeadDim columns and row stride ld into shared
-/// memory (row stride kHeadDim + 4); rows >= n_rows are zero-filled.
-/// Each thread keeps one column (or a few) and steps down the rows by pointer increments: per-pass
-/// addresses (row * ld) would be hoisted out of the tile loop and hold two registers each.
-template <int kRows, int kHeadDim, int kThreads>
-__device__ __forceinline__ void load_rows_async(float* smem, const float* g, long long ld, int row0, int n_rows) {
-  constexpr int kChunksPerRow = kHeadDim / 4;  // 16-byte chunks
-  constexpr int kThreadsPerRow = kThreads < kChunksPerRow ? kThreads : kChunksPerRow;
-  constexpr int kChunksPerThread = kChunksPerRow / kThreadsPerRow;  // per row
-  constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
-  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  const int tr = static_cast<int>(threadIdx.x) / kThreadsPerRow, tc = static_cast<int>(threadIdx.x) % kThreadsPerRow;
-  int row = row0 + tr;
-  const float* src = g + row * ld + 4 * tc;
-  float* dst = smem + tr * (kHeadDim + 4) + 4 * tc;
-#pragma unroll 4
-  for (int pass = 0; pass < kPasses; ++pass) {
-    if (kRows % kRowsPerPass == 0 || tr + pass * kRowsPerPass < kRows) {
-      const bool valid = row < n_rows;
-#pragma unroll
-      for (int j = 0; j < kChunksPerThread; ++j)
-        cp_async_16(dst + 4 * j * kThreadsPerRow, valid ? src + 4 * j * kThreadsPerRow : g, valid);
-    }
-    row += kRowsPerPass;
-    src += kRowsPerPass * ld;
-    dst += kRowsPerPass * (kHeadDim + 4);
-  }
-}
-
-/// False when no (row in [w0, w1), key in [n0, n0 + block_n)) pair is visible: the warp skips the tile
-/// (its state would not change). True may be conservative; the element mask then removes every pair.
-template <bool kCausal, bool kWindow>
-__device__ __forceinline__ bool warp_has_work(const FtAttnMask<kCausal, kWindow>& m, int w0, int w1, int n0,
-                                              int block_n) {
-  if (w1 <= w0) return false;
-  if (kCausal && n0 > (w1 - 1) + m.offset) return false;
-  if (kWindow && n0 + block_n - 1 <= w0 + m.offset - m.window && n0 >= m.sink_tokens) return false;
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Exact fp32 (FFMA). Lane = 8 * lr + lc. The warp's rows r = lr + 4 i (i < kRowsPerLane) belong to the
@@ -156,15 +61,12 @@ struct FfmaWarp {
   // p = 2^(s scale log2(e) - m), one FMA a score. 2^((s scale - m') log2(e)) with m' in natural units was
   // tried for the large-logit shape (..._qk30): its errors were the same to three digits on the emulator;
   // what moved them was the order of Q K^T's sum (tile() below).
-  float m[kRowsPerLane];  // running max of the row, log2 domain (all 8 lanes agree)
-  float l[kRowsPerLane];  // this lane's part of the running sum (summed over the 8 lanes at the end)
+  FtOnlineRow rows[kRowsPerLane];  // the 8 lanes of a row agree on its max; each holds a share of its sum
 
-  __device__ __forceinline__ void init(const Slice& s, int lane) {
+  __device__ __forceinline__ void init(const Slice& s, int) {
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) {
-      // A learned sink starts the row: max = its logit, sum = exp(0) counted once (by lane lc = 0).
-      m[i] = kLearnedSinks ? s.sink_log2 : neg_inf();
-      l[i] = kLearnedSinks && lane % 8 == 0 ? 1.0f : 0.0f;
+      rows[i].init(s.sink_log2);
 #pragma unroll
       for (int d = 0; d < kDimsPerLane; ++d) o[i][d] = 0.0f;
     }
@@ -228,12 +130,8 @@ struct FfmaWarp {
       float mx = sc[i][0];
 #pragma unroll
       for (int t = 1; t < kKeysPerLane; ++t) mx = fmaxf(mx, sc[i][t]);
-      mx = warp_max<8>(mx);
-      const float m_new = fmaxf(m[i], mx * s.scale_log2);
-      // A row that has seen nothing yet keeps max -inf; 0 as the base keeps exp2(-inf - base) = 0, not NaN.
-      const float base = m_new == neg_inf() ? 0.0f : m_new;
-      const float alpha = exp2f(m[i] - base);
-      m[i] = m_new;
+      float alpha;
+      const float base = rows[i].template advance<true>(warp_max<8>(mx) * s.scale_log2, alpha);
       float sum = 0.0f;
 #pragma unroll
       for (int t = 0; t < kKeysPerLane; ++t) {
@@ -241,7 +139,7 @@ struct FfmaWarp {
         sc[i][t] = p;
         sum += p;
       }
-      l[i] = l[i] * alpha + sum;
+      rows[i].sum = rows[i].sum * alpha + sum;
 #pragma unroll
       for (int d = 0; d < kDimsPerLane; ++d) o[i][d] *= alpha;
     }
@@ -289,10 +187,10 @@ struct FfmaWarp {
     const int lr = lane / 8, lc = lane % 8;
 #pragma unroll
     for (int i = 0; i < kRowsPerLane; ++i) {
-      const float lt = warp_sum<8>(l[i]);
+      float lse;
+      const float inv = rows[i].template finish<true, kLearnedSinks>(warp_sum<8>(rows[i].sum), s.sink_log2, lse);
       const int row = w0 + lr + 4 * i;
       if (row >= s.seq_q) continue;
-      const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
       float* o_row = s.o + row * s.o_ss + lc * kVec;
 #pragma unroll
       for (int u = 0; u < kDimGroups; ++u) {
@@ -303,7 +201,7 @@ struct FfmaWarp {
           *reinterpret_cast<float2*>(o_row + u * 8 * kVec) = make_float2(o[i][2 * u] * inv, o[i][2 * u + 1] * inv);
         }
       }
-      if (lc == 0) s.lse[row] = lt > 0.0f ? fmaf(m[i], 0.6931471805599453f, logf(lt)) : neg_inf();
+      if (lc == 0) s.lse[row] = lse;
     }
   }
 };
@@ -325,18 +223,13 @@ struct Tf32Warp {
   static constexpr int kQFrags = kQInRegs ? kMTiles * kDimTiles : 1;
 
   float o[kMTiles][kDimTiles][4];
-  float m[kMTiles][2];  // running max of rows g, g + 8 (log2 domain; the 4 lanes of a quad agree)
-  float l[kMTiles][2];  // this lane's part of the running sum (summed over the quad at the end)
+  FtOnlineRow rows[kMTiles][2];  // rows g, g + 8 (the 4 lanes of a quad agree on the max, each holds a share of the sum)
   unsigned qf[kQFrags][4];
 
-  __device__ __forceinline__ void init(const Slice& s, int lane) {
+  __device__ __forceinline__ void init(const Slice& s, int) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m[mt][h] = kLearnedSinks ? s.sink_log2 : neg_inf();
-        l[mt][h] = kLearnedSinks && lane % 4 == 0 ? 1.0f : 0.0f;
-      }
+      rows[mt][0].init(s.sink_log2), rows[mt][1].init(s.sink_log2);
 #pragma unroll
       for (int dt = 0; dt < kDimTiles; ++dt)
 #pragma unroll
@@ -407,6 +300,9 @@ struct Tf32Warp {
       }
     }
 
+    // The mask in place (one copy of the softmax: two, as ft_if_masked makes, spill the heaviest configs), then
+    // the online softmax per row (ft_softmax_tile); P is rounded to tf32 there, and the row sum adds the rounded
+    // values, so O is exactly the weighted mean the tensor cores form.
     if (ft_attn_tile_needs_mask(mask, w0, w1, n0, T::kBlockN)) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -416,34 +312,15 @@ struct Tf32Warp {
           for (int c = 0; c < 4; ++c)
             if (!mask.visible(w0 + 16 * mt + g + 8 * (c / 2), n0 + 8 * nt + 2 * tq + c % 2)) sc[mt][nt][c] = neg_inf();
     }
-
-    // Online softmax per row (mt, h); P is rounded to tf32 here, and the row sum adds the rounded values,
-    // so O is exactly the weighted mean the tensor cores form.
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
+      float alpha[2];
+      ft_softmax_tile<true, false>(sc[mt], rows[mt], s.scale_log2, [](int, int) { return true; },
+                                   [](float p) { return __uint_as_float(to_tf32(p)); }, alpha);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = sc[mt][0][2 * h];
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int nt = 0; nt < kKeyTiles; ++nt) mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * h], sc[mt][nt][2 * h + 1]));
-        mx = warp_max<4>(mx);
-        const float m_new = fmaxf(m[mt][h], mx * s.scale_log2);
-        const float base = m_new == neg_inf() ? 0.0f : m_new;
-        const float alpha = exp2f(m[mt][h] - base);
-        m[mt][h] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-          for (int c = 2 * h; c < 2 * h + 2; ++c) {
-            const float p = __uint_as_float(to_tf32(exp2f(fmaf(sc[mt][nt][c], s.scale_log2, -base))));
-            sc[mt][nt][c] = p;
-            sum += p;
-          }
-        l[mt][h] = l[mt][h] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < kDimTiles; ++dt) o[mt][dt][2 * h] *= alpha, o[mt][dt][2 * h + 1] *= alpha;
-      }
+        for (int dt = 0; dt < kDimTiles; ++dt) o[mt][dt][2 * h] *= alpha[h], o[mt][dt][2 * h + 1] *= alpha[h];
     }
 
     // O += P V, one k-step per key tile nt. V[key][dim] is read as B (key x dim) with scalar loads:
@@ -475,15 +352,15 @@ struct Tf32Warp {
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float lt = warp_sum<4>(l[mt][h]);
+        float lse;
+        const float inv = rows[mt][h].template finish<true, kLearnedSinks>(warp_sum<4>(rows[mt][h].sum), s.sink_log2, lse);
         const int row = w0 + 16 * mt + g + 8 * h;
         if (row >= s.seq_q) continue;
-        const float inv = lt > 0.0f ? 1.0f / lt : 0.0f;
         float* o_row = s.o + row * s.o_ss + 2 * tq;
 #pragma unroll
         for (int dt = 0; dt < kDimTiles; ++dt)
           *reinterpret_cast<float2*>(o_row + 8 * dt) = make_float2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
-        if (tq == 0) s.lse[row] = lt > 0.0f ? fmaf(m[mt][h], 0.6931471805599453f, logf(lt)) : neg_inf();
+        if (tq == 0) s.lse[row] = lse;
       }
   }
 };
@@ -504,7 +381,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     attn_fwd_f32_kernel(const __grid_constant__ FtAttnFwdParams<float> p) {
   using namespace ft_attn_f32;
   using T = Traits<kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
-  using Warp = typename Select<kTf32, Tf32Warp<T, kCausal, kWindow, kLearnedSinks>,
+  using Warp = typename FtSelect<kTf32, Tf32Warp<T, kCausal, kWindow, kLearnedSinks>,
                                FfmaWarp<T, kCausal, kWindow, kLearnedSinks>>::type;
   extern __shared__ float4 ft_attn_f32_smem[];
   float* const s_q = reinterpret_cast<float*>(ft_attn_f32_smem);
@@ -522,7 +399,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   s.q_ss = p.q_ss, s.k_ss = p.k_ss, s.v_ss = p.v_ss, s.o_ss = p.o_ss;
   s.seq_q = p.seq_q;
   s.scale_log2 = p.scale_log2;
-  s.sink_log2 = kLearnedSinks ? p.sinks[h] * 1.4426950408889634f : 0.0f;
+  s.sink_log2 = kLearnedSinks ? p.sinks[h] * 1.4426950408889634f : neg_inf();
 
   const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -560,7 +437,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     cp_async_wait<kStages - 1>();
     __syncthreads();
     const int n0 = tiles.tile(t) * kBlockN, buf = t % kStages;
-    if (warp_has_work(mask, w0, w1, n0, kBlockN))
+    if (ft_attn_tile_has_work(mask, w0, w1, n0, kBlockN))
       acc.tile(s, mask, q_w, s_k + buf * T::kTileFloats, s_v + buf * T::kTileFloats, p_w, w0, w1, n0, lane);
     __syncthreads();  // every warp is done with buffer t % kStages before it is refilled
   }

@@ -2,20 +2,28 @@
 // S = scale * Q K^T was materialized by a cuBLAS GEMM (batch, heads_q, seq_q, seq_k); this kernel turns
 // each row of S into P in place, P_ij = exp(S_ij - LSE_i) on visible keys and 0 elsewhere, and writes
 // LSE_i = log(sum_visible exp(S_ij) [+ exp(sink_h)]) (natural log, fp32); a cuBLAS GEMM then makes O = P V.
-// The mask and sink rules are attn_common.cuh's (DESIGN.md "Attention conventions"); a row with no
+// The mask and sink rules are ft/mask.cuh's (DESIGN.md "Attention conventions"); a row with no
 // visible key gets P = 0 (so O = 0) and LSE = -inf, or LSE = sink_h with a learned sink.
 //
 // One block per row (blocks stride over rows): one pass keeps each thread's running (max, sum), merged
 // across the block; a second pass writes P. T is S's storage type (float, ft_half, ft_bf16); math in fp32.
 // Rows are read with 16-byte loads when seq_k keeps them 16-byte aligned, element by element otherwise.
-#include "attn_common.cuh"
+#include "attn_params.cuh"
+#include "ft/mask.cuh"
+#include "ft/softmax.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 // __launch_bounds__(kBlockThreads, 1): without the minimum of one block per SM, ptxas (NVRTC 13.0,
 // sm_80) holds 1024-thread instantiations to 32 registers and spills.
 template <typename T, int kBlockThreads, bool kCausal, bool kWindow, bool kLearnedSinks>
 __global__ void __launch_bounds__(kBlockThreads, 1)
-    attn_naive_softmax_kernel(T* __restrict__ s, float* __restrict__ lse, const float* __restrict__ sinks,
-                              long long rows, int heads_q, int seq_q, int seq_k, int window, int sink_tokens) {
+    attn_naive_softmax_kernel(const __grid_constant__ FtAttnNaiveParams<T> p) {
+  T* const __restrict__ s = p.s;
+  float* const __restrict__ lse = p.lse;
+  const float* const __restrict__ sinks = p.sinks;
+  const long long rows = p.rows;
+  const int heads_q = p.heads_q, seq_q = p.seq_q, seq_k = p.seq_k, window = p.window, sink_tokens = p.sink_tokens;
   static_assert(kBlockThreads % 32 == 0 && kBlockThreads >= 32 && kBlockThreads <= 1024,
                 "whole warps, at most 1024 threads");
   constexpr int kWarps = kBlockThreads / 32;

@@ -1,5 +1,5 @@
 // kernel_templates/attn_params.cuh: the parameter structs of the attention operations, one per operation
-// (the forward; the backward's stages share one, as they share their tensors), plain C++ that both the
+// (the forward; the backward's stages share one, as they share their tensors; the two baselines' kernels), plain C++ that both the
 // kernels (NVRTC) and the host (harness/kernels) compile. A kernel takes its struct by value as
 // `const __grid_constant__ FtAttnFwdParams<T> p` and nothing else; the host fills FtAttnFwdParams<void>
 // (same layout: every member is a pointer or a number) and binds the pointers to its device buffers.
@@ -55,8 +55,35 @@ struct FtAttnBwdParams {
   float scale;     // softmax scale
 };
 
+// The materialized-score baselines' kernels (attn_naive, attn_eager: cuBLAS GEMMs around them).
+// attn_naive_softmax_kernel: S (batch, heads_q, seq_q, seq_k) -> P in place, LSE per row.
+template <typename T>
+struct FtAttnNaiveParams {
+  T* s;
+  float* lse;
+  const float* sinks;  // learned sink logits (kernels built with learned sinks)
+  long long rows;      // batch * heads_q * seq_q
+  int heads_q, seq_q, seq_k, window, sink_tokens;
+};
+
+// attn_eager_kernel: one elementwise or row op of eager attention (kEagerRepeatKv, ...) on a -> out (b: the op's
+// second operand). a, b and out are the launch's buffers, bound per op; the shape members are the problem's.
+struct FtAttnEagerParams {
+  const void* a;
+  const void* b;
+  void* out;
+  long long n;  // elements (or rows, for a row op) the op covers
+  int op;
+  int cols;     // row length of a row op
+  int a_f32;    // 1: a is fp32 whatever the problem's dtype
+  int heads_q, group, seq_q, seq_k, head_dim, window, sink_tokens;
+  float scale;  // softmax scale (kEagerScale)
+};
+
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif
 

@@ -8,7 +8,9 @@
 // threads per row, kVec-wide loads, blocks stride over row groups. Unaligned rows and the last
 // cols % kVec columns take a scalar path: any cols and any stride work. Large logits cannot overflow:
 // every exponent is <= 0.
-#include "ft_common.cuh"
+#include "ft/softmax.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
 __global__ void __launch_bounds__(kBlockThreads)

@@ -7,7 +7,8 @@
 //
 // T: float, ft_half or ft_bf16 (X, V and out); all math in fp32 (FFMA, no tensor cores). Any d1, d2, d3:
 // chunks past d2 read as -inf (weight 0), rows past d1 and columns past d3 are computed but not stored.
-#include "ft_common.cuh"
+#include "ft/math.cuh"
+#include "ft/types.cuh"
 
 // The tile shape and how the block's threads share it. Each thread accumulates a kThreadM x kThreadN
 // tile of out: kThreadM consecutive rows, and kThreadN columns as one (kThreadN 4) or two (kThreadN 8,

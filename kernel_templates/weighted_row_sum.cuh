@@ -8,7 +8,8 @@
 // shuffles, then across its warps through shared memory. Blocks stride over row groups, so any grid
 // size covers any number of rows. Rows whose start or w is not kVec-aligned, and the last cols % kVec
 // columns, take a scalar path: any cols and any stride work.
-#include "ft_common.cuh"
+#include "ft/types.cuh"
+#include "ft/warp.cuh"
 
 template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
 __global__ void __launch_bounds__(kBlockThreads)

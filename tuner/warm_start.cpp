@@ -83,6 +83,7 @@ WarmStart warm_start(const std::vector<core::Config>& candidates, const std::map
                      const std::string& dtype, const std::vector<HistorySurface>& history,
                      const WarmStartOptions& options) {
   WarmStart w;
+  if (candidates.empty()) return w;  // nothing to order (every config refused): a cold start, not informed
   struct Used {
     const HistorySurface* surface;
     double optimum;

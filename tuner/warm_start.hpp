@@ -53,8 +53,9 @@ struct WarmStartOptions {
   double failure_ratio = 3.0;
 };
 
-/// The candidates ordered by what `history` predicts for the target problem. Without usable history the
-/// order is the candidates' own and informed() is false.
+/// The candidates ordered by what `history` predicts for the target problem. Without usable history (or
+/// without candidates) the order is the candidates' own and informed() is false; informed() implies a
+/// non-empty order.
 WarmStart warm_start(const std::vector<core::Config>& candidates, const std::map<std::string, std::int64_t>& dims,
                      const std::string& dtype, const std::vector<HistorySurface>& history,
                      const WarmStartOptions& options = {});

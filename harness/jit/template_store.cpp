@@ -78,4 +78,19 @@ std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::
   return out;
 }
 
+void write_templates(const std::filesystem::path& dir,
+                     const std::function<std::string(const std::string& name, std::string text)>& edit) {
+  for (std::size_t i = 0; i < detail::kEmbeddedTemplateCount; ++i) {
+    const std::string name = detail::kEmbeddedTemplates[i].name;
+    std::string text = embedded_text(detail::kEmbeddedTemplates[i]);
+    if (edit) text = edit(name, std::move(text));
+    const std::filesystem::path path = dir / name;
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    if (!out) throw core::Error("cannot write kernel template " + path.string());
+  }
+}
+
 }  // namespace flashtune::jit

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@ namespace flashtune::jit {
 
 /// One template file as NVRTC sees it: `#include "name"` finds `text`.
 struct TemplateFile {
-  std::string name;  ///< "ft_common.cuh"
+  std::string name;  ///< "attn_fwd.cuh", "ft/mask.cuh"
   std::string text;
 };
 
@@ -26,5 +27,11 @@ std::string load_template(const std::string& file, const std::optional<std::file
 /// Every template, for NVRTC's header table: the embedded ones, each replaced by `override_dir`'s copy
 /// when present, plus the *.cuh files only `override_dir` has. Sorted by name.
 std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::path>& override_dir);
+
+/// Writes every embedded template into `dir` under its name (the device library into dir/ft/), each text passed
+/// through `edit(name, text)` when given: the start of an override folder (a researcher's copy to edit, a test's
+/// planted bug). Throws core::Error naming the file it cannot write.
+void write_templates(const std::filesystem::path& dir,
+                     const std::function<std::string(const std::string& name, std::string text)>& edit = nullptr);
 
 }  // namespace flashtune::jit

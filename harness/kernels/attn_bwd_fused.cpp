@@ -53,6 +53,7 @@ class AttnBwdFused final : public GradStage {
  public:
   AttnBwdFused() { add_variant(std::make_unique<FusedWgmma>()); }
   std::string name() const override { return "attn_bwd_fused"; }
+  std::string template_file() const override { return "attn_bwd_sm90.cuh"; }
   std::string stage() const override { return "backward_fused"; }
   std::string description() const override {
     return "attention backward dK, dV and dQ in one pass (sm_90a wgmma): attn_bwd_dkdv's key-tile loop, dQ added "

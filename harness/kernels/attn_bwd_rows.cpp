@@ -51,7 +51,7 @@ class AttnBwdPreprocess final : public BwdOperation<PreprocessConfig> {
   AttnBwdPreprocess() { add_variant(std::make_unique<PreprocessKernel>()); }
   std::string name() const override { return "attn_bwd_preprocess"; }
   std::string stage() const override { return "backward_preprocess"; }
-  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string template_file() const override { return kRowsTemplate; }
   std::string description() const override { return "attention backward stage 1: D = rowsum(dO * O) in fp32"; }
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
     const Shape s(p);
@@ -102,7 +102,7 @@ class AttnBwdDsink final : public BwdOperation<DsinkConfig> {
   AttnBwdDsink() { add_variant(std::make_unique<DsinkKernel>()); }
   std::string name() const override { return "attn_bwd_dsink"; }
   std::string stage() const override { return "backward_dsink"; }
-  std::string template_file() const override { return "attn_bwd.cuh"; }
+  std::string template_file() const override { return kRowsTemplate; }
   std::string description() const override {
     return "attention backward: learned-sink gradient -sum_i exp(s_h - LSE_i) D_i, one block per head, deterministic";
   }

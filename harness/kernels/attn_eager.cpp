@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 
 #include "harness/cuda/module.hpp"
 #include "harness/kernels/builtin.hpp"
@@ -236,25 +237,27 @@ class AttnEager final : public attn::AttentionOperation<attn::BaselineConfig> {
   std::vector<std::string> shared_constraints() const override { return {"block_threads % 32 == 0"}; }
 
  private:
-  // One op's kernel arguments; buffers by index into the launch's buffer table.
+  // One op's kernel argument, the parameter struct; buffers by index into the launch's buffer table.
   static std::vector<KernelArg> op_args(const attn::Shape& s, EagerOp op, int a, int b, int out, std::int64_t n,
                                         std::int64_t cols, bool a_f32 = false) {
     const std::int64_t d = s.head_dim;
-    return {std::int32_t(op),
-            BufferArg{a},
-            BufferArg{b},
-            BufferArg{out},
-            std::int64_t(n),
-            std::int32_t(cols),
-            std::int32_t(a_f32 ? 1 : 0),
-            std::int32_t(s.heads_q),
-            std::int32_t(s.group()),
-            std::int32_t(s.seq_q),
-            std::int32_t(s.seq_k),
-            std::int32_t(d),
-            std::int32_t(s.window),
-            std::int32_t(s.sink_tokens),
-            float(1.0 / std::sqrt(double(d)))};
+    FtAttnEagerParams e{};
+    e.n = n;
+    e.op = std::int32_t(op);
+    e.cols = std::int32_t(cols);
+    e.a_f32 = a_f32 ? 1 : 0;
+    e.heads_q = std::int32_t(s.heads_q);
+    e.group = std::int32_t(s.group());
+    e.seq_q = std::int32_t(s.seq_q);
+    e.seq_k = std::int32_t(s.seq_k);
+    e.head_dim = std::int32_t(d);
+    e.window = std::int32_t(s.window);
+    e.sink_tokens = std::int32_t(s.sink_tokens);
+    e.scale = float(1.0 / std::sqrt(double(d)));
+    return {ParamsArg::of(e)
+                .bind(offsetof(FtAttnEagerParams, a), a)
+                .bind(offsetof(FtAttnEagerParams, b), b)
+                .bind(offsetof(FtAttnEagerParams, out), out)};
   }
 };
 

@@ -4,6 +4,7 @@
 // place and LSE (kernel_templates/attn_naive.cuh), O = P V (cuBLAS). S / P is a workspace buffer of
 // batch * heads_q * seq_q * seq_k elements, so the trial's device_bytes shows the quadratic memory.
 #include <cmath>
+#include <cstddef>
 
 #include "harness/cuda/module.hpp"
 #include "harness/kernels/attention.hpp"
@@ -56,18 +57,18 @@ class AttnNaive final : public attn::AttentionOperation<attn::BaselineConfig> {
     return b;
   }
 
-  // The softmax kernel's: (s, lse, sinks, rows, heads_q, seq_q, seq_k, window, sink_tokens).
+  // The softmax kernel's parameter struct, S, LSE and the sinks bound to their buffers.
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
+    using P = FtAttnNaiveParams<void>;
     const attn::Shape s(p);
-    return {BufferArg{kS},
-            BufferArg{attn::kLse},
-            BufferArg{attn::kSinks},
-            std::int64_t(s.rows()),
-            std::int32_t(s.heads_q),
-            std::int32_t(s.seq_q),
-            std::int32_t(s.seq_k),
-            std::int32_t(s.window),
-            std::int32_t(s.sink_tokens)};
+    P n{};
+    n.rows = s.rows();
+    n.heads_q = std::int32_t(s.heads_q);
+    n.seq_q = std::int32_t(s.seq_q);
+    n.seq_k = std::int32_t(s.seq_k);
+    n.window = std::int32_t(s.window);
+    n.sink_tokens = std::int32_t(s.sink_tokens);
+    return {ParamsArg::of(n).bind(offsetof(P, s), kS).bind(offsetof(P, lse), attn::kLse).bind(offsetof(P, sinks), attn::kSinks)};
   }
 
   bool launches_itself() const override { return true; }

@@ -20,10 +20,10 @@
 namespace flashtune::kernels {
 
 /// true: Specialization::template_file names each variant's own template (VariantInfo::template_file), so a
-/// config compiles from, and its source hash covers, that file's include closure alone. false: it stays empty and
-/// every config compiles from its operation's template_file(), which includes all the operation's variants. Off
-/// until kernel_templates/ holds one file per variant (attn_fwd_sm90.cuh, attn_bwd_rows.cuh, ...: issue 18).
-inline constexpr bool kSplitTemplates = false;
+/// config compiles from, and its source hash covers, that file's include closure alone (kernel_templates/ holds
+/// one file per kernel since the device library, issue 18). false: it stays empty and every config compiles from
+/// its operation's template_file() (the layout before that split, when attn_fwd.cuh included every forward).
+inline constexpr bool kSplitTemplates = true;
 
 /// A template argument of a name expression: the kernel templates' storage type of a dtype ("float", "ft_half",
 /// "ft_bf16"; kernel_templates/ft_common.cuh).

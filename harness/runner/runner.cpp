@@ -539,7 +539,7 @@ class ExperimentRun {
     std::vector<tuner::HistorySurface> history;
     for (auto& [key, h] : by_problem) history.push_back(std::move(h));
     auto w = tuner::warm_start(configs, problem.dims, std::string(core::to_string(problem.dtype)), history);
-    if (!w.informed()) return w;
+    if (!w.informed() || w.order.empty()) return w;
     const auto& near = w.sources.front();
     say("   warm start from " + std::to_string(w.sources.size()) + " measured problem(s); nearest " + near.name +
         " (distance " + fmt(near.distance, 2) + ", its best " + near.best + "); first: " + w.order.front().key());

@@ -171,7 +171,7 @@ TEST(AttnBwdF32Reference, SamePrecisionPassesAndAPerturbedOutputFails) {
 // admitted config instead (how the register estimate was calibrated; minutes).
 TEST(AttnBwdF32Compile, VariantsAndHeaviestConfigsCompileWithoutSpills) {
   const bool all = std::getenv("FT_BWD_F32_ALL_CONFIGS") != nullptr;
-  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  const std::string source = flashtune::testing::read_template("attn_bwd_f32.cuh");
   for (const std::string arch : {"sm_80", "sm_90a"}) {
     const auto dev = core::DeviceLimits::for_arch(arch);
     std::vector<std::string> names;
@@ -213,7 +213,7 @@ TEST(AttnBwdF32Compile, VariantsAndHeaviestConfigsCompileWithoutSpills) {
     for (const auto& n : names) inst.push_back(flashtune::testing::attn_instantiation(n));
     ASSERT_GE(inst.size(), 36u) << arch;
     std::printf("%s: %zu kernels\n", arch.c_str(), inst.size());
-    const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst, arch);
+    const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_f32.cuh", inst, arch);
     ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log.substr(0, 4000);
     EXPECT_EQ(r.entries, int(inst.size())) << arch;
     EXPECT_EQ(r.spilling, 0) << arch << "\n" << r.record.log;

@@ -42,7 +42,7 @@ core::Config cfg(std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int6
 TEST(AttnBwdFused, IsItsOwnStageBesideDkdvAndDq) {
   const auto& f = fused();
   EXPECT_EQ(f.stage(), "backward_fused");
-  EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
+  EXPECT_EQ(f.template_file(), "attn_bwd_sm90.cuh");
   EXPECT_TRUE(f.launches_itself());
   std::set<std::string> stages;
   for (const char* name : {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink", "attn_bwd_fused"})
@@ -134,12 +134,12 @@ TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
   add(cfg(64, 128, 8, 2), problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}}, core::DType::f16));
   ASSERT_EQ(inst[0].size(), 16u);
   ASSERT_EQ(inst[1].size(), 5u);
-  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
-  const auto d64 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst[0], "sm_90a");
+  const std::string source = flashtune::testing::read_template("attn_bwd_sm90.cuh");
+  const auto d64 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90.cuh", inst[0], "sm_90a");
   ASSERT_TRUE(d64.record.ok) << d64.record.log.substr(0, 4000);
   EXPECT_EQ(d64.entries, int(inst[0].size()));
   EXPECT_EQ(d64.spilling, 0) << d64.record.log;
-  const auto d128 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst[1], "sm_90a");
+  const auto d128 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90.cuh", inst[1], "sm_90a");
   ASSERT_TRUE(d128.record.ok) << d128.record.log.substr(0, 4000);
   EXPECT_EQ(d128.entries, int(inst[1].size()));
   static const std::regex spill(R"(([0-9]+) bytes spill stores)");

@@ -62,7 +62,9 @@ TEST(AttnBwdFamilies, AreRegisteredEachAsItsOwnStage) {
   std::set<std::string> stages;
   for (const char* name : kFamilies) {
     const auto& f = fam(name);
-    EXPECT_EQ(f.template_file(), "attn_bwd.cuh");
+    // The row kernels have a template of their own; dK / dV, dQ (mma.sync) share attn_bwd.cuh.
+    const bool rows = std::string(name) == "attn_bwd_preprocess" || std::string(name) == "attn_bwd_dsink";
+    EXPECT_EQ(f.template_file(), rows ? "attn_bwd_rows.cuh" : "attn_bwd.cuh") << name;
     EXPECT_FALSE(f.description().empty());
     // f16, bf16, f32 (attn_bwd_f32_test.cpp); dq_delta: f16, bf16
     EXPECT_EQ(f.dtypes().size(), std::string(name) == "attn_bwd_dq_delta" ? 2u : 3u) << name;
@@ -80,6 +82,7 @@ TEST(AttnBwdFamilies, ArgumentsAreOneParamsStructBindingEveryBuffer) {
                                      offsetof(P, dout), offsetof(P, lse), offsetof(P, sinks)};
   const std::set<std::size_t> outputs{offsetof(P, dq), offsetof(P, dk), offsetof(P, dv), offsetof(P, dsinks)};
   const std::string source = flashtune::testing::read_template("attn_bwd.cuh") +
+                             flashtune::testing::read_template("attn_bwd_rows.cuh") +
                              flashtune::testing::read_template("attn_bwd_sm90.cuh") +
                              flashtune::testing::read_template("attn_bwd_f32.cuh");
   for (const char* name : kFamilies)
@@ -483,7 +486,8 @@ TEST(AttnBwdReference, GradientStagesMatchTheNaiveBackwardAndSampleRowsWhenLarge
 // spills; and every default config of dkdv and dq that can_run accepts compiles without spills at the
 // head dims where registers are tightest (64, 128), in the heaviest variant.
 TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
-  const std::string source = flashtune::testing::read_template("attn_bwd.cuh");
+  // The mma.sync kernels, the row kernels and the Hopper dK / dV kernel, each from its own template (one unit).
+  const std::string source = "#include \"attn_bwd.cuh\"\n#include \"attn_bwd_rows.cuh\"\n#include \"attn_bwd_sm90.cuh\"\n";
   for (const std::string arch : {"sm_80", "sm_90a"}) {
     const auto dev = core::DeviceLimits::for_arch(arch);
     // Uncapped configs must not spill; a config whose min_blocks > 1 caps its registers asks for that trade
@@ -522,7 +526,7 @@ TEST(AttnBwdCompile, EveryVariantHeadDimAndDefaultConfigCompilesWithoutSpills) {
       std::vector<std::string> inst;
       for (const auto& n : *list) inst.push_back(flashtune::testing::attn_instantiation(n));
       ASSERT_GE(inst.size(), list == &names ? 60u : 20u) << arch;
-      const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd.cuh", inst, arch);
+      const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_kernels.cu", inst, arch);
       ASSERT_TRUE(r.record.ok) << arch << "\n" << r.record.log.substr(0, 4000);
       EXPECT_EQ(r.entries, int(inst.size())) << arch;
       if (list == &names) EXPECT_EQ(r.spilling, 0) << arch << "\n" << spilling_kernels(r.record.log);

@@ -108,7 +108,7 @@ measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
-    space: {mma: [80, 90], mma_pipe: [1, 2], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2}
+    space: {mma: [80, 90], mma_pipe: [1, 2], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1}
 )", "attn_fwd_sm90_planted.yaml");
   auto opts = quiet_options(dir.path / "p.sqlite", false);
   opts.templates = tdir;

@@ -232,7 +232,7 @@ TEST(AttnFwdCompile, WgmmaKeyTilesOf16And32CompileWithoutSpills) {
                          core::DType::bf16);
   jit::Compiler compiler(std::nullopt);
   const auto headers = jit::template_headers(std::nullopt);
-  const std::string source = jit::load_template("attn_fwd.cuh", std::nullopt);
+  const std::string source = jit::load_template("attn_fwd_sm90.cuh", std::nullopt);
   for (std::int64_t bn : {16, 32})
     for (std::int64_t pack : {1, 4}) {
       const core::Config c{{{"block_m", 64}, {"block_n", bn}, {"num_warps", 4}, {"num_stages", 2}, {"mma", 90},
@@ -244,7 +244,7 @@ TEST(AttnFwdCompile, WgmmaKeyTilesOf16And32CompileWithoutSpills) {
           << spec.name_expression;
       jit::CompileRequest req;
       req.source = source;
-      req.source_name = "attn_fwd.cuh";
+      req.source_name = "attn_fwd_sm90.cuh";
       req.name_expression = spec.name_expression;
       req.arch = "sm_90a";
       req.headers = headers;

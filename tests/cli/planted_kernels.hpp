@@ -15,10 +15,9 @@ namespace ft_test {
 
 inline void write_planted_templates(const std::filesystem::path& dir, int crash_threads, int hang_threads) {
   std::filesystem::create_directories(dir);
-  for (const auto& name : flashtune::jit::embedded_template_names())
-    std::ofstream(dir / name) << flashtune::jit::load_template(name, std::nullopt);
+  flashtune::jit::write_templates(dir);
   std::ofstream(dir / "weighted_row_sum.cuh")
-      << "#include \"ft_common.cuh\"\n"
+      << "#include \"ft/types.cuh\"\n"
          "template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>\n"
          "__global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,\n"
          "                                        long long stride_x) {\n"

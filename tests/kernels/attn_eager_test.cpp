@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <cstddef>
+#include <cstring>
+#include <set>
 
 #include "harness/kernels/attn_eager.hpp"
 #include "harness/kernels/family.hpp"
@@ -90,17 +93,25 @@ TEST(AttnEager, NameExpressionAndArgumentsMatchTheTemplate) {
             "attn_eager_kernel<ft_bf16, 128, false, true>");
   EXPECT_EQ(f.specialize(config(1024), problem(core::DType::f32, 1, 2, 2, 64, 64, 16)).name_expression,
             "attn_eager_kernel<float, 1024, false, false>");
+  // One parameter struct (kernel_templates/attn_params.cuh) whose a, b and out are the op's buffers.
   const auto p = problem(core::DType::f16, 1, 4, 2, 64, 64, 64);
   const auto params = testing::kernel_parameters(testing::read_template(f.template_file()), "attn_eager_kernel");
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_NE(params[0].find("FtAttnEagerParams"), std::string::npos) << params[0];
   const auto args = f.arguments(config(256), p);
-  ASSERT_EQ(params.size(), args.size());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string what = "arg " + std::to_string(i) + ": " + params[i];
-    if (std::holds_alternative<BufferArg>(args[i])) EXPECT_NE(params[i].find("void*"), std::string::npos) << what;
-    else if (std::holds_alternative<std::int64_t>(args[i])) EXPECT_NE(params[i].find("long long"), std::string::npos) << what;
-    else if (std::holds_alternative<float>(args[i])) EXPECT_NE(params[i].find("float"), std::string::npos) << what;
-    else EXPECT_NE(params[i].find("int"), std::string::npos) << what;
-  }
+  ASSERT_EQ(args.size(), 1u);
+  const auto& a = std::get<ParamsArg>(args[0]);
+  ASSERT_EQ(a.bytes.size(), sizeof(FtAttnEagerParams));
+  std::set<std::size_t> bound;
+  for (const auto& ptr : a.pointers) bound.insert(ptr.offset);
+  EXPECT_EQ(bound, (std::set<std::size_t>{offsetof(FtAttnEagerParams, a), offsetof(FtAttnEagerParams, b),
+                                          offsetof(FtAttnEagerParams, out)}));
+  FtAttnEagerParams v;
+  std::memcpy(&v, a.bytes.data(), sizeof v);
+  EXPECT_EQ(v.heads_q, 4);
+  EXPECT_EQ(v.group, 2);
+  EXPECT_EQ(v.head_dim, 64);
+  EXPECT_FLOAT_EQ(v.scale, 0.125f);
 }
 
 // B1 H16 L4096 D16 fp16, n = 2^28 scores: the seeds' table prints 3.0162 GB for PyTorch (Naive), non-causal

@@ -67,7 +67,7 @@ std::string experiment_yaml(const std::string& name, const std::vector<StudySpec
 std::int64_t prewarm(const experiment::Experiment& exp, const std::vector<StudySpec>& specs,
                      const fs::path& cache, const core::DeviceLimits& limits) {
   const jit::Compiler compiler(cache);
-  const std::string source = jit::load_template("attn_fwd.cuh", std::nullopt);
+  const std::string source = jit::load_template("attn_fwd_f32.cuh", std::nullopt);  // fp32 problems only
   const auto headers = jit::template_headers(std::nullopt);
   std::set<std::string> names;
   std::int64_t runnable = 0;
@@ -91,7 +91,7 @@ std::int64_t prewarm(const experiment::Experiment& exp, const std::vector<StudyS
     for (std::size_t i; (i = next++) < todo.size();) {
       jit::CompileRequest req;
       req.source = source;
-      req.source_name = "attn_fwd.cuh";
+      req.source_name = "attn_fwd_f32.cuh";
       req.name_expression = todo[i];
       req.arch = limits.arch;
       req.headers = headers;

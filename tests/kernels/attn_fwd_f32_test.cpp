@@ -86,8 +86,8 @@ std::vector<core::Config> default_space() {
 jit::CompileOutput compile(const std::string& name_expression, const std::string& arch) {
   static const jit::Compiler compiler(std::nullopt);
   jit::CompileRequest req;
-  req.source = jit::load_template("attn_fwd.cuh", std::nullopt);
-  req.source_name = "attn_fwd.cuh";
+  req.source = jit::load_template("attn_fwd_f32.cuh", std::nullopt);
+  req.source_name = "attn_fwd_f32.cuh";
   req.name_expression = name_expression;
   req.arch = arch;
   req.headers = jit::template_headers(std::nullopt);

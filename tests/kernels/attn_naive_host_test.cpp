@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/attention.hpp"
 #include "reference/attention.hpp"
 #include "reference/compare.hpp"
 #include "tests/kernels/kernel_test_support.hpp"
@@ -67,13 +70,19 @@ void check(const core::Problem& p, unsigned grid) {
   std::memcpy(st.data(), packed.data(), packed.size());
   std::vector<float> lse(std::size_t(rows), std::nanf(""));
 
-  const auto args = f.arguments(core::Config{{{"block_threads", kThreads}}}, p);
-  ASSERT_EQ(std::get<std::int64_t>(args[3]), rows);
-  ft_host::launch(dim3{grid, 1, 1}, kThreads, [&] {
-    attn_naive_softmax_kernel<T, kThreads, kCausal, kWindow, kSinks>(
-        st.data(), lse.data(), sinks.data(), rows, int(hq), int(sq), int(sk), int(p.get("window", 0)),
-        int(p.get("sink_tokens", 0)));
-  });
+  // The family's own argument, packed as the runner packs it, with host addresses for the buffers.
+  std::vector<std::uint64_t> addresses(f.buffers(p).size(), 0);
+  addresses.back() = reinterpret_cast<std::uint64_t>(st.data());  // S, the workspace
+  addresses[kernels::attn::kLse] = reinterpret_cast<std::uint64_t>(lse.data());
+  addresses[kernels::attn::kSinks] = reinterpret_cast<std::uint64_t>(sinks.data());
+  const auto args = kernels::pack_kernel_args(f.arguments(core::Config{{{"block_threads", kThreads}}}, p), addresses);
+  ASSERT_EQ(args.values.size(), 1u);
+  FtAttnNaiveParams<T> params;
+  std::memcpy(&params, args.values[0].data(), sizeof params);
+  ASSERT_EQ(params.rows, rows);
+  ASSERT_EQ(params.s, st.data());
+  ft_host::launch(dim3{grid, 1, 1}, kThreads,
+                  [&] { attn_naive_softmax_kernel<T, kThreads, kCausal, kWindow, kSinks>(params); });
   const auto pr = reference::unpack(p.dtype, st.data(), st.size());
 
   // O = P V as the GEMM makes it; masked keys must have P exactly 0.

@@ -6,10 +6,13 @@
 
 #include <climits>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 #include <map>
 
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/attention.hpp"
 #include "reference/attention.hpp"
 #include "reference/compare.hpp"
 #include "tests/kernels/kernel_test_support.hpp"
@@ -65,33 +68,34 @@ TEST(AttnNaive, WorkspaceHoldsTheWholeScoreMatrix) {
   }
 }
 
-TEST(AttnNaive, ArgumentsMatchTheSoftmaxKernelSignature) {
+// The softmax kernel takes one parameter struct (kernel_templates/attn_params.cuh) binding S (the workspace, P in
+// place), LSE and the sinks.
+TEST(AttnNaive, ArgumentIsOneParamsStructBindingSLseAndSinks) {
   const auto p = problem(core::DType::bf16, 2, 4, 1, 5, 9, 16, {{"causal", 1}, {"window", 3}, {"sink_tokens", 1}});
   const auto spec = family().specialize(config(256), p);
   EXPECT_EQ(spec.name_expression, "attn_naive_softmax_kernel<ft_bf16, 256, true, true, false>");
   const std::string kernel = spec.name_expression.substr(0, spec.name_expression.find('<'));
   const auto params = testing::kernel_parameters(testing::read_template(family().template_file()), kernel);
+  ASSERT_EQ(params.size(), 1u);
+  EXPECT_NE(params[0].find("FtAttnNaiveParams<T>"), std::string::npos) << params[0];
   const auto args = family().arguments(config(256), p);
+  ASSERT_EQ(args.size(), 1u);
+  const auto& a = std::get<ParamsArg>(args[0]);
+  using P = FtAttnNaiveParams<void>;
+  ASSERT_EQ(a.bytes.size(), sizeof(P));
+  std::map<std::size_t, int> bound;
+  for (const auto& ptr : a.pointers) bound[ptr.offset] = ptr.buffer;
   const auto buffers = family().buffers(p);
-  ASSERT_EQ(params.size(), args.size());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string what = "arg " + std::to_string(i) + ": " + params[i];
-    if (const auto* b = std::get_if<BufferArg>(&args[i])) {
-      ASSERT_GE(b->index, 0);
-      ASSERT_LT(b->index, int(buffers.size()));
-      EXPECT_NE(params[i].find('*'), std::string::npos) << what;
-      const bool is_const = params[i].find("const") != std::string::npos;
-      EXPECT_EQ(is_const, buffers[std::size_t(b->index)].role == BufferRole::input) << what;
-    } else if (std::holds_alternative<std::int64_t>(args[i])) {
-      EXPECT_NE(params[i].find("long long"), std::string::npos) << what;
-    } else {
-      ASSERT_TRUE(std::holds_alternative<std::int32_t>(args[i])) << what;
-      EXPECT_NE(params[i].find("int "), std::string::npos) << what;
-      EXPECT_EQ(params[i].find("long"), std::string::npos) << what;
-    }
-  }
-  EXPECT_EQ(std::get<BufferArg>(args[0]).index, int(buffers.size()) - 1);  // the workspace, P in place
-  EXPECT_EQ(std::get<std::int64_t>(args[3]), 2 * 4 * 5);                   // rows of S
+  EXPECT_EQ(bound, (std::map<std::size_t, int>{{offsetof(P, s), int(buffers.size()) - 1},  // the workspace
+                                               {offsetof(P, lse), kernels::attn::kLse},
+                                               {offsetof(P, sinks), kernels::attn::kSinks}}));
+  P v;
+  std::memcpy(&v, a.bytes.data(), sizeof v);
+  EXPECT_EQ(v.rows, 2 * 4 * 5);  // rows of S
+  EXPECT_EQ(v.heads_q, 4);
+  EXPECT_EQ(v.seq_k, 9);
+  EXPECT_EQ(v.window, 3);
+  EXPECT_EQ(v.sink_tokens, 1);
 }
 
 TEST(AttnNaive, LaunchesOneBlockPerRowOfS) {

@@ -29,6 +29,7 @@ void expect_every_baseline_instantiation_compiles(const std::string& family, con
         for (int bit = 0; bit < flag_count; ++bit) args += (flags >> bit) & 1 ? ", true" : ", false";
         std::string p = params;
         for (std::size_t at; (at = p.find("T*")) != std::string::npos;) p.replace(at, 1, t);
+        for (std::size_t at; (at = p.find("<T>")) != std::string::npos;) p.replace(at + 1, 1, t);
         inst.push_back("template __global__ void " + kernel + "<" + args + ">(" + p + ");");
       }
   const std::string source = testing::read_template(f->template_file());
@@ -44,13 +45,12 @@ void expect_every_baseline_instantiation_compiles(const std::string& family, con
 TEST(TemplatesCompile, EveryAttnNaiveInstantiationForSm80AndSm90a) {
   // a row-softmax kernel needs few registers
   expect_every_baseline_instantiation_compiles("attn_naive", "attn_naive_softmax_kernel", 3,
-                                               "T*, float*, const float*, long long, int, int, int, int, int", 64);
+                                               "const __grid_constant__ FtAttnNaiveParams<T>", 64);
 }
 
 TEST(TemplatesCompile, EveryAttnEagerInstantiationForSm80AndSm90a) {
   expect_every_baseline_instantiation_compiles(
-      "attn_eager", "attn_eager_kernel", 2,
-      "int, const void*, const void*, void*, long long, int, int, int, int, int, int, int, int, int, float", 255);
+      "attn_eager", "attn_eager_kernel", 2, "const __grid_constant__ FtAttnEagerParams", 255);
 }
 
 TEST(TemplatesCompile, EverySoftmaxMatmulDefaultConfigForSm80AndSm90a) {

@@ -55,9 +55,8 @@ TEST(GpuRunner, PlantedBugIsCaughtByTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
-  fs::create_directories(tdir);
   // The planted bug: a plain kernel with the real signature that never writes the last row.
-  std::ofstream(tdir / "weighted_row_sum.cuh") << R"(#include "ft_common.cuh"
+  const std::string planted = R"(#include "ft/types.cuh"
 template <typename T, int kBlockThreads, int kRowsPerBlock, int kVec>
 __global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols,
                                         long long stride_x) {
@@ -68,8 +67,9 @@ __global__ void weighted_row_sum_kernel(const T* x, const T* w, float* y, long l
   y[row] = acc;
 }
 )";
-  for (const auto& name : jit::embedded_template_names())
-    if (name != "weighted_row_sum.cuh") std::ofstream(tdir / name) << jit::load_template(name, std::nullopt);
+  jit::write_templates(tdir, [&](const std::string& name, std::string text) {
+    return name == "weighted_row_sum.cuh" ? planted : text;
+  });
   const auto exp = experiment::parse_experiment(R"(
 name: gpu_planted
 measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2}

@@ -67,10 +67,7 @@ TEST(Runner, EditedKernelSourceIsRunAgainNotResumed) {
 
   // A researcher copies the template out, edits it, and reruns with --templates: no rebuild, new hash.
   const fs::path tdir = dir.path / "templates";
-  fs::create_directories(tdir);
-  for (const auto& name : jit::embedded_template_names()) {
-    std::ofstream(tdir / name) << jit::load_template(name, std::nullopt) << "\n// edited\n";
-  }
+  jit::write_templates(tdir, [](const std::string&, std::string text) { return text + "\n// edited\n"; });
   opts.templates = tdir;
   EXPECT_NE(runner::template_source_hash("weighted_row_sum.cuh", std::nullopt),
             runner::template_source_hash("weighted_row_sum.cuh", tdir));

@@ -43,17 +43,15 @@ inline runner::RunOptions quiet_options(const fs::path& db, bool compile_only) {
 /// Writes every embedded template into `dir`, with the first `from` in `file` replaced by `to`: a planted
 /// bug for a run with RunOptions::templates = dir. false when `from` is not in `file` (the anchor moved).
 inline bool plant_bug(const fs::path& dir, const std::string& file, const std::string& from, const std::string& to) {
-  fs::create_directories(dir);
   bool found = false;
-  for (const auto& name : jit::embedded_template_names()) {
-    std::string text = jit::load_template(name, std::nullopt);
+  jit::write_templates(dir, [&](const std::string& name, std::string text) {
     if (name == file) {
       const auto at = text.find(from);
       found = at != std::string::npos;
       if (found) text.replace(at, from.size(), to);
     }
-    std::ofstream(dir / name) << text;
-  }
+    return text;
+  });
   return found;
 }
 

@@ -102,6 +102,15 @@ TEST(WarmStart, NoUsableHistoryLeavesTheOrderAndTheStrategyAlone) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(cold->propose()->key(), warm->propose()->key());
 }
 
+// A problem whose every config was refused (can_run) has no candidates: with history beside it, the warm start
+// is still a cold one (the runner read order.front() of an informed start and crashed: gpu_attn_eager_test).
+TEST(WarmStart, NoCandidatesIsNotInformed) {
+  const auto w = tuner::warm_start({}, {{"seq", 4096}, {"causal", 0}}, "bf16", {surface(2048, 3)});
+  EXPECT_FALSE(w.informed());
+  EXPECT_TRUE(w.order.empty());
+  EXPECT_TRUE(tuner::warm_start(space(), {{"seq", 4096}, {"causal", 0}}, "bf16", {surface(2048, 3)}).informed());
+}
+
 TEST(WarmStart, LearnersProposeTheSeedsFirstNeverTwiceAndWithinTheBudget) {
   const auto w = tuner::warm_start(space(), {{"seq", 4096}, {"causal", 0}}, "bf16", {surface(2048, 7)});
   for (const std::string name : {"random", "annealing", "genetic", "bayes"}) {

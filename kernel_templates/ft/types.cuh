@@ -1,6 +1,7 @@
-// kernel_templates/ft_common.cuh: device helpers shared by flashtune's kernel templates: the element
-// types (float, ft_half, ft_bf16) with to_float / from_float, vector loads and stores, warp reductions,
-// and the online-softmax (max, sum) merge. Compiled by NVRTC with no system headers: define, don't include.
+// kernel_templates/ft/types.cuh: the device library's element types and vector accesses: float, ft_half and
+// ft_bf16 with to_float / from_float, FtVec loads and stores, and compile-time helpers (FtBool, FtSelect).
+// Compiled by NVRTC with no system headers (define, don't include); also compiled as host C++ by the CPU
+// emulation of the fp32 kernels (tests/kernels/attn_fwd_f32_emulation.hpp), which supplies the CUDA names.
 #pragma once
 
 // 16-bit element types as raw IEEE fp16 / bf16 bits. Host code uploads exactly these bits.
@@ -75,46 +76,18 @@ __device__ __forceinline__ bool is_aligned_for_vec(const T* p) {
 // as device globals.
 enum : unsigned { kFullMask = 0xffffffffu };  ///< all 32 lanes of a warp take part
 
-// Reductions over groups of kWidth consecutive lanes of a warp (kWidth a power of two <= 32).
-
-template <int kWidth = 32>
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-template <int kWidth = 32>
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Online softmax statistics: running max m and running sum s of exp(x - m). Merging two partial
-// states rescales each sum to the common max; an empty state is (-inf, 0).
-/// e^x as 2^(x log2 e); callers pass x <= 0 (differences from a running max), so it never overflows.
-__device__ __forceinline__ float exp_of(float x) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  return exp2f(x * kLog2e);
-}
-
-struct OnlineStats {
-  float max;
-  float sum;
+// A compile-time bool passed as a value, so that one generic lambda is instantiated for both.
+template <bool kValue>
+struct FtBool {
+  static constexpr bool value = kValue;
 };
-__device__ __forceinline__ OnlineStats online_empty() { return {-__int_as_float(0x7f800000), 0.0f}; }
-__device__ __forceinline__ OnlineStats online_merge(OnlineStats a, OnlineStats b) {
-  const float m = fmaxf(a.max, b.max);
-  if (m == -__int_as_float(0x7f800000)) return a;  // both empty
-  return {m, a.sum * exp_of(a.max - m) + b.sum * exp_of(b.max - m)};
-}
-template <int kWidth = 32>
-__device__ __forceinline__ OnlineStats warp_online_merge(OnlineStats s) {
-#pragma unroll
-  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
-    OnlineStats other{__shfl_xor_sync(kFullMask, s.max, offset), __shfl_xor_sync(kFullMask, s.sum, offset)};
-    s = online_merge(s, other);
-  }
-  return s;
-}
+
+// std::conditional (NVRTC sees no system headers).
+template <bool kFirst, class A, class B>
+struct FtSelect {
+  using type = A;
+};
+template <class A, class B>
+struct FtSelect<false, A, B> {
+  using type = B;
+};

@@ -1,14 +1,10 @@
-// kernel_templates/attn_common.cuh: what every attention kernel shares (DESIGN.md "Attention
-// conventions"): the visibility rule, which key tiles a block of query rows must visit (tiles with no
-// visible pair are never loaded) and which of those need the element-wise mask (only boundary tiles).
-//
-// Layout: Q, O (batch, heads_q, seq_q, head_dim), K, V (batch, heads_kv, seq_k, head_dim), element strides
-// per batch / head / row passed explicitly (head_dim contiguous), LSE (batch, heads_q, seq_q) contiguous
-// fp32 in natural log. Query head h reads kv head h / (heads_q / heads_kv).
+// kernel_templates/ft/mask.cuh: the attention mask (DESIGN.md "Attention conventions"), written once for every
+// kernel: which (query, key) pairs are visible, which key tiles a block of query rows must visit (tiles with
+// no visible pair are never loaded), which of those need the element-wise mask (only boundary tiles), and
+// the inverse, which query rows can see a key tile (the backward's dK / dV blocks).
 #pragma once
 
-#include "attn_params.cuh"
-#include "ft_common.cuh"
+#include "ft/types.cuh"
 
 // The mask of one problem: key j is visible to query i when
 //   (!kCausal || j <= i + offset) && (!kWindow || j > i + offset - window || j < sink_tokens),
@@ -26,12 +22,6 @@ struct FtAttnMask {
     if (kWindow && j <= i + offset - window && j >= sink_tokens) return false;
     return true;
   }
-};
-
-// A compile-time bool passed as a value, so that one generic lambda is instantiated for both.
-template <bool kValue>
-struct FtBool {
-  static constexpr bool value = kValue;
 };
 
 // body(FtBool<true>{}) when `masked`, else body(FtBool<false>{}): a tile's element-wise work in two copies, the
@@ -84,3 +74,29 @@ __device__ __forceinline__ bool ft_attn_tile_needs_mask(const FtAttnMask<kCausal
   if (kWindow && n0 + block_n > m.sink_tokens && n0 <= (m1 - 1) + m.offset - m.window) return true;
   return false;
 }
+
+// False when no (row in [m0, m1), key in [n0, n0 + block_n)) pair is visible (a warp's rows of a tile the
+// block visits: the warp skips it, its state would not change). True may be conservative; the element mask
+// then removes every pair.
+template <bool kCausal, bool kWindow>
+__device__ __forceinline__ bool ft_attn_tile_has_work(const FtAttnMask<kCausal, kWindow>& m, int m0, int m1, int n0,
+                                                      int block_n) {
+  if (m1 <= m0) return false;
+  if (kCausal && n0 > (m1 - 1) + m.offset) return false;
+  if (kWindow && n0 + block_n - 1 <= m0 + m.offset - m.window && n0 >= m.sink_tokens) return false;
+  return true;
+}
+
+// The query rows [lo, hi) that can see some key of [n0, n1) (n1 <= seq_k): the inverse of FtAttnTiles.
+// Causal: i >= n0 - offset. Window: i < n1 - 1 - offset + window, unless the keys hold a sink token.
+template <bool kCausal, bool kWindow>
+struct FtAttnQueryRange {
+  int lo, hi;
+  __device__ __forceinline__ FtAttnQueryRange(const FtAttnMask<kCausal, kWindow>& m, int n0, int n1) {
+    lo = 0, hi = m.seq_q;
+    if (kCausal) lo = max(0, n0 - m.offset);
+    if (kWindow && n0 >= m.sink_tokens) hi = min(hi, max(0, n1 - 1 - m.offset + m.window));
+    if (n1 <= n0) hi = 0;
+    if (lo > hi) lo = hi;
+  }
+};
