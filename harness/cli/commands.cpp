@@ -33,6 +33,7 @@
 #include "harness/experiment/experiment.hpp"
 #include "harness/jit/compiler.hpp"
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/operation.hpp"
 #include "harness/runner/runner.hpp"
 
 namespace po = boost::program_options;
@@ -49,7 +50,7 @@ usage: flashtune <command> [options]      (flashtune <command> --help for each)
 commands:
   run EXPERIMENT.yaml   tune and measure the experiment's kernels, record every trial
   devices               list the GPUs the driver sees (and why none, if none)
-  kernels [FAMILY]      list kernel families, their tunables and constraints
+  kernels [FAMILY]      list kernel families (operations), their tunables, constraints and variants
   query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
   export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
   report RUN|EXP --out DIR   PNG plots (gnuplot) and an HTML page of a run or an experiment
@@ -369,6 +370,14 @@ int cmd_kernels(const std::vector<std::string>& args) {
     }
     std::cout << "  constraints:\n";
     for (const auto& c : f->constraints()) std::cout << "    " << c << '\n';
+    if (const auto* op = dynamic_cast<const kernels::OperationBase*>(f.get())) {
+      std::cout << "  variants:\n";
+      for (const auto* v : op->variant_infos()) {
+        std::cout << "    " << v->name << " (" << v->template_file << ";";
+        for (auto d : v->dtypes) std::cout << ' ' << core::to_string(d);
+        std::cout << ")" << (v->selector_doc.empty() ? "" : "  " + v->selector_doc) << '\n';
+      }
+    }
     std::cout << '\n';
   }
   return 0;

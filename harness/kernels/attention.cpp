@@ -1,5 +1,5 @@
 // harness/kernels/attention.cpp: the attention problem, buffers, counts and reference shared by the
-// attention forward families.
+// attention forward operations, and what the materialized-score baselines share.
 #include "harness/kernels/attention.hpp"
 
 #include <algorithm>
@@ -14,30 +14,14 @@
 
 namespace flashtune::kernels::attn {
 
-reference::AttnShape shape_of(const core::Problem& p) {
-  reference::AttnShape s;
-  s.batch = p.at("batch");
-  s.heads_q = p.at("heads_q");
-  s.heads_kv = p.at("heads_kv");
-  s.seq_q = p.at("seq_q");
-  s.seq_k = p.at("seq_k");
-  s.head_dim = p.at("head_dim");
-  s.causal = p.get("causal", 0) != 0;
-  s.window = p.get("window", 0);
-  s.sink_tokens = p.get("sink_tokens", 0);
-  s.learned_sinks = p.get("learned_sinks", 0) != 0;
-  return s;
-}
-
-KernelArg fwd_params(const core::Problem& p) {
+KernelArg fwd_params(const Shape& s) {
   using Params = FtAttnFwdParams<void>;
-  const std::int64_t hq = p.at("heads_q"), hkv = p.at("heads_kv"), sq = p.at("seq_q"), sk = p.at("seq_k");
-  const std::int64_t d = p.at("head_dim");
+  const std::int64_t hq = s.heads_q, hkv = s.heads_kv, sq = s.seq_q, sk = s.seq_k, d = s.head_dim;
   Params prm{};
   prm.q_sb = prm.o_sb = hq * sq * d, prm.q_sh = prm.o_sh = sq * d, prm.q_ss = prm.o_ss = d;
   prm.k_sb = prm.v_sb = hkv * sk * d, prm.k_sh = prm.v_sh = sk * d, prm.k_ss = prm.v_ss = d;
   prm.heads_q = int(hq), prm.heads_kv = int(hkv), prm.seq_q = int(sq), prm.seq_k = int(sk);
-  prm.window = int(p.get("window", 0)), prm.sink_tokens = int(p.get("sink_tokens", 0));
+  prm.window = int(s.window), prm.sink_tokens = int(s.sink_tokens);
   prm.scale_log2 = float(1.0 / std::sqrt(double(d)) * 1.4426950408889634);
   return ParamsArg::of(prm)
       .bind(offsetof(Params, q), kQ)
@@ -48,9 +32,9 @@ KernelArg fwd_params(const core::Problem& p) {
       .bind(offsetof(Params, lse), kLse);
 }
 
-std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget) {
-  const std::int64_t seq_q = p.at("seq_q");
-  const double per_row = double(p.at("batch")) * double(p.at("heads_q")) * double(p.at("seq_k")) * double(p.at("head_dim"));
+std::vector<std::int64_t> reference_rows(const Shape& s, double budget) {
+  const std::int64_t seq_q = s.seq_q;
+  const double per_row = double(s.batch) * double(s.heads_q) * double(s.seq_k) * double(s.head_dim);
   if (per_row * double(seq_q) <= budget) return {};
   const std::int64_t n = std::clamp<std::int64_t>(std::int64_t(budget / per_row), 16, seq_q);
   std::set<std::int64_t> rows;
@@ -62,9 +46,9 @@ std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget) 
   return {rows.begin(), rows.end()};
 }
 
-std::vector<std::string> AttentionFamily::problem_dims() const { return {"batch", "heads_q", "seq_q", "head_dim"}; }
+std::vector<std::string> problem_dims() { return {"batch", "heads_q", "seq_q", "head_dim"}; }
 
-std::vector<OptionalDim> AttentionFamily::optional_problem_dims() const {
+std::vector<OptionalDim> optional_problem_dims() {
   return {
       {"heads_kv", -1, "key/value heads (GQA: heads_q a multiple of it; 1 = MQA); default heads_q"},
       {"seq_k", -1, "keys; default seq_q (causal masks align bottom-right when they differ)"},
@@ -78,76 +62,39 @@ std::vector<OptionalDim> AttentionFamily::optional_problem_dims() const {
   };
 }
 
-void AttentionFamily::complete_problem(core::Problem& p) const {
-  if (p.get("heads_kv", -1) < 0 && p.dims.count("heads_q")) p.dims["heads_kv"] = p.dims["heads_q"];
-  if (p.get("seq_k", -1) < 0 && p.dims.count("seq_q")) p.dims["seq_k"] = p.dims["seq_q"];
-}
-
-std::optional<std::string> AttentionFamily::check_problem(const core::Problem& p) const {
-  for (const char* d : {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim"}) {
-    if (!p.dims.count(d)) return std::string("missing dimension '") + d + "'";
-    if (p.at(d) < 1) return std::string(d) + " must be >= 1";
-  }
-  if (p.at("heads_q") % p.at("heads_kv") != 0)
-    return "heads_q (" + std::to_string(p.at("heads_q")) + ") must be a multiple of heads_kv (" +
-           std::to_string(p.at("heads_kv")) + ")";
-  const auto hd = head_dims();
-  if (std::find(hd.begin(), hd.end(), p.at("head_dim")) == hd.end()) {
-    std::string list;
-    for (auto d : hd) list += (list.empty() ? "" : ", ") + std::to_string(d);
-    return "head_dim " + std::to_string(p.at("head_dim")) + " not supported (supported: " + list + ")";
-  }
-  for (const char* d : {"causal", "learned_sinks", "tf32"})
-    if (p.get(d, 0) != 0 && p.get(d, 0) != 1) return std::string(d) + " must be 0 or 1";
-  for (const char* d : {"window", "sink_tokens"})  // sink_bias may be anything: negative learned sinks too
-    if (p.get(d, 0) < 0) return std::string(d) + " must be >= 0";
-  if (p.get("qk_range", 1) < 1) return "qk_range must be >= 1";
-  if (p.get("tf32", 0) && p.dtype != core::DType::f32) return "tf32 applies to dtype f32 only";
-  if (p.get("sink_tokens", 0) > 0 && p.get("window", 0) == 0)
-    return "sink_tokens needs a window (without one every key is visible anyway)";
-  // Problems must fit 32-bit element offsets per (batch, head) slice and 31-bit grid dims.
-  if (double(p.at("seq_q")) * double(p.at("head_dim")) >= 2147483647.0 ||
-      double(p.at("seq_k")) * double(p.at("head_dim")) >= 2147483647.0)
-    return "seq * head_dim must be < 2^31";
-  return std::nullopt;
-}
-
-std::vector<BufferSpec> AttentionFamily::buffers(const core::Problem& p) const {
-  const std::int64_t b = p.at("batch"), hq = p.at("heads_q"), hkv = p.at("heads_kv");
-  const std::int64_t sq = p.at("seq_q"), sk = p.at("seq_k"), d = p.at("head_dim");
-  const double r = double(p.get("qk_range", 1)), bias = double(p.get("sink_bias", 0));
+std::vector<BufferSpec> fwd_buffers(const Shape& s) {
+  const double r = double(s.qk_range), bias = double(s.sink_bias);
   return {
-      {"q", p.dtype, b * hq * sq * d, BufferRole::input, -r, r},
-      {"k", p.dtype, b * hkv * sk * d, BufferRole::input, -r, r},
-      {"v", p.dtype, b * hkv * sk * d, BufferRole::input, -1.0, 1.0},
-      {"sinks", core::DType::f32, hq, BufferRole::input, bias - 1.0, bias + 1.0},
-      {"o", p.dtype, b * hq * sq * d, BufferRole::output, 0, 0},
-      {"lse", core::DType::f32, b * hq * sq, BufferRole::output, 0, 0},
+      {"q", s.dtype, s.elements_q(), BufferRole::input, -r, r},
+      {"k", s.dtype, s.elements_kv(), BufferRole::input, -r, r},
+      {"v", s.dtype, s.elements_kv(), BufferRole::input, -1.0, 1.0},
+      {"sinks", core::DType::f32, s.heads_q, BufferRole::input, bias - 1.0, bias + 1.0},
+      {"o", s.dtype, s.elements_q(), BufferRole::output, 0, 0},
+      {"lse", core::DType::f32, s.rows(), BufferRole::output, 0, 0},
   };
 }
 
-double AttentionFamily::bytes_moved(const core::Problem& p) const {
+double fwd_bytes(const Shape& s) {
   double n = 0;
-  for (const auto& b : AttentionFamily::buffers(p)) n += double(b.elements) * double(core::dtype_size(b.dtype));
+  for (const auto& b : fwd_buffers(s)) n += double(b.elements) * double(core::dtype_size(b.dtype));
   return n;
 }
 
-double AttentionFamily::flops(const core::Problem& p) const {
-  return 4.0 * double(p.at("head_dim")) * reference::attention_visible_pairs(shape_of(p));
+double fwd_flops(const Shape& s) {
+  return 4.0 * double(s.head_dim) * reference::attention_visible_pairs(s);
 }
 
-void AttentionFamily::reference(const core::Problem& p, const std::vector<HostTensor>& inputs,
-                                std::vector<HostTensor>& outputs, RefPrecision precision) const {
-  if (inputs.size() != 4 || outputs.size() != 2) throw core::Error(name() + ".reference: expects q, k, v, sinks -> o, lse");
-  const auto s = shape_of(p);
-  const auto rows = reference_rows(p, kReferenceBudget);
+void fwd_reference(const std::string& who, const Shape& s, const std::vector<HostTensor>& inputs,
+                   std::vector<HostTensor>& outputs, RefPrecision precision) {
+  if (inputs.size() != 4 || outputs.size() != 2) throw core::Error(who + ".reference: expects q, k, v, sinks -> o, lse");
+  const auto rows = reference_rows(s, kReferenceBudget);
   auto& o = outputs[0].values;
   auto& lse = outputs[1].values;
   if (precision == RefPrecision::f64) {
     reference::attention_naive_rows<double>(s, inputs[0].values, inputs[1].values, inputs[2].values, inputs[3].values,
                                             rows, o, lse);
   } else {
-    const bool tf32 = p.get("tf32", 0) != 0;
+    const bool tf32 = s.tf32;
     auto rounded = [&](const std::vector<double>& x) {
       std::vector<double> y(x);
       for (double& v : y) v = reference::round_tf32(v);
@@ -179,29 +126,14 @@ void AttentionFamily::reference(const core::Problem& p, const std::vector<HostTe
 // FlashAttention does) while the naive same-precision reference keeps P in fp32, so atol forgives that
 // rounding: about one ulp of P at 1 (fp16 2^-10, bf16 2^-7), TF32 (2^-10 on P and a few ulps of the
 // products), exact fp32 a few ulps of an fp32 sum over thousands of keys.
-double AttentionFamily::default_atol(const core::Problem& p) const {
-  switch (p.dtype) {
+double fwd_atol(const Shape& s) {
+  switch (s.dtype) {
     case core::DType::f16: return 1e-3;
     case core::DType::bf16: return 8e-3;
     case core::DType::f32: break;
   }
-  return p.get("tf32", 0) ? 2e-3 : 2e-5;
+  return s.tf32 ? 2e-3 : 2e-5;
 }
-
-const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
-
-const char* storage_type(core::DType d) {
-  switch (d) {
-    case core::DType::f32: return "float";
-    case core::DType::f16: return "ft_half";
-    case core::DType::bf16: return "ft_bf16";
-  }
-  throw core::Error("storage_type: unknown dtype");
-}
-
-std::int64_t score_rows(const core::Problem& p) { return p.at("batch") * p.at("heads_q") * p.at("seq_q"); }
-
-bool has_rows_without_keys(const core::Problem& p) { return p.get("causal", 0) != 0 && p.at("seq_q") > p.at("seq_k"); }
 
 std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch) {
   if (rows > INT_MAX) return "the GEMMs' " + std::to_string(rows) + " query rows must fit cuBLAS's int (< 2^31)";
@@ -209,18 +141,25 @@ std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batc
   return std::nullopt;
 }
 
-std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d) {
-  const std::int64_t t = c.at("block_threads");
+LaunchShape BaselineKernel::launch_shape(const BaselineConfig& c, const Shape& s, const core::DeviceLimits&) const {
+  LaunchShape l;
+  l.grid[0] = unsigned(std::min<std::int64_t>(s.rows(), INT_MAX));
+  l.block[0] = unsigned(c.block_threads);
+  return l;
+}
+
+std::optional<std::string> BaselineKernel::can_run(const BaselineConfig& c, const Shape&, const core::DeviceLimits& d) const {
+  const std::int64_t t = c.block_threads;
   if (t < 32 || t % 32 != 0) return "block_threads " + std::to_string(t) + " must be a positive multiple of 32";
   if (t > d.max_threads_per_block)
     return "block_threads " + std::to_string(t) + " > " + std::to_string(d.max_threads_per_block) + " per block";
   return std::nullopt;
 }
 
-double rounded_scores_atol(const core::Problem& p, double base, int roundings) {
-  if (p.dtype == core::DType::f32) return base;
-  const double u = p.dtype == core::DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-  const double r = double(p.get("qk_range", 1));
+double rounded_scores_atol(const Shape& s, double base, int roundings) {
+  if (s.dtype == core::DType::f32) return base;
+  const double u = s.dtype == core::DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double r = double(s.qk_range);
   return base + double(roundings) * 2.0 * u * 1.5 * r * r;
 }
 

@@ -1,4 +1,4 @@
-// harness/kernels/attention.hpp: what every attention forward family shares (DESIGN.md "Attention
+// harness/kernels/attention.hpp: what every attention operation shares (DESIGN.md "Attention
 // conventions"): the problem (dims, optional switches and their defaults), the buffers Q, K, V, sinks ->
 // O, LSE, the visible-pair FLOP count, the byte count, the tolerance and the reference, which checks a
 // sample of query rows when the whole problem is too large for the host; and what the materialized-score
@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/operation.hpp"
+#include "harness/kernels/problem_views.hpp"
 #include "kernel_templates/attn_params.cuh"
 #include "reference/attention.hpp"
 
@@ -18,43 +21,39 @@ namespace flashtune::kernels::attn {
 /// Buffer indices in buffers() order.
 enum Buffer : int { kQ = 0, kK = 1, kV = 2, kSinks = 3, kO = 4, kLse = 5 };
 
-/// The forward's parameter struct of problem p (shape, mask, scale, contiguous strides), as one kernel
+/// The forward's parameter struct of problem s (shape, mask, scale, contiguous strides), as one kernel
 /// argument with Q, K, V, sinks, O and LSE bound to their buffers.
-KernelArg fwd_params(const core::Problem& p);
-
-/// The problem as the reference sees it (scale 1/sqrt(head_dim)).
-reference::AttnShape shape_of(const core::Problem& p);
+KernelArg fwd_params(const Shape& s);
 
 /// Query rows the reference computes: all of them when batch * heads_q * seq_q * seq_k * head_dim is at
 /// most `budget`, else the first and last four rows plus evenly spread rows (offset by a varying amount so
 /// that they land at every position inside a tile), as many as the budget allows (at least 16).
-std::vector<std::int64_t> reference_rows(const core::Problem& p, double budget);
+std::vector<std::int64_t> reference_rows(const Shape& s, double budget);
 
 inline constexpr double kReferenceBudget = 4e8;  ///< multiply-adds per reference precision
 
-/// A template argument: "true" / "false".
-const char* bool_arg(std::int64_t v);
-/// The kernel templates' storage type of a dtype: "float", "ft_half", "ft_bf16".
-const char* storage_type(core::DType d);
-
-/// Query rows of the score matrix: batch * heads_q * seq_q.
-std::int64_t score_rows(const core::Problem& p);
-
-/// True when some query row sees no key (causal with seq_q > seq_k: rows i < seq_q - seq_k).
-bool has_rows_without_keys(const core::Problem& p);
+using kernels::bool_arg;
+using kernels::storage_type;
 
 /// nullopt when cuBLAS's int arguments hold a baseline's GEMMs: `rows` query rows per GEMM (a GQA group's
 /// rows, or one head's), `batch` GEMMs per call; else why not.
 std::optional<std::string> check_gemm_sizes(std::int64_t rows, std::int64_t batch);
 
-/// nullopt when a baseline's `block_threads` (whole warps, within the device's block limit) can launch; else why not.
-std::optional<std::string> check_block_threads(const core::Config& c, const core::DeviceLimits& d);
+/// The kernel of a materialized-score baseline (attn_naive, attn_eager): it runs when its `block_threads` are whole
+/// warps within the device's block limit, one block per row of S (blocks stride over rows past grid.x's limit);
+/// a subclass names its instantiation.
+class BaselineKernel : public Variant<Shape, BaselineConfig> {
+ public:
+  using Variant::Variant;
+  std::optional<std::string> can_run(const BaselineConfig& c, const Shape& s, const core::DeviceLimits& d) const override;
+  LaunchShape launch_shape(const BaselineConfig& c, const Shape& s, const core::DeviceLimits& d) const override;
+};
 
 /// The tolerance of a baseline that rounds S to the problem dtype `roundings` times before the softmax
 /// (f32: none): each rounding moves a logit by up to u |S| (u: the unit roundoff, 2^-11 fp16, 2^-8 bf16),
 /// LSE by up to u max|S| and O by up to 2 u max|S| (O is a convex combination of V in [-1, 1]). With Q, K
 /// in [-r, r] the scaled logits have standard deviation r^2 / 3, so max|S| ~ 1.5 r^2 (4.5 sigma).
-double rounded_scores_atol(const core::Problem& p, double base, int roundings);
+double rounded_scores_atol(const Shape& s, double base, int roundings);
 
 /// The two GEMMs of a materialized-score baseline, batched over `groups` (batch, kv head) pairs whose
 /// `rows` query rows are contiguous in Q, S, P and O (GQA: a group's query heads one after another; with
@@ -97,29 +96,51 @@ struct WorkspacePlan {
 /// the baselines' plans this meets the peak (tests/kernels/attn_eager_test.cpp).
 WorkspacePlan plan_workspace(const std::vector<LiveTensor>& tensors, std::int64_t granule);
 
-/// The shared part of an attention forward family. Required dims: batch, heads_q, seq_q, head_dim;
-/// optional: heads_kv (= heads_q), seq_k (= seq_q), causal, window, sink_tokens, learned_sinks, tf32
-/// (f32 only: TF32 tensor cores instead of exact FFMA), qk_range (Q and K drawn from [-r, r]: large
-/// logits), sink_bias (learned sink logits drawn from [b - 1, b + 1]).
-class AttentionFamily : public KernelFamily {
- public:
-  std::vector<std::string> problem_dims() const override;
-  std::vector<OptionalDim> optional_problem_dims() const override;
-  void complete_problem(core::Problem& p) const override;
-  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16, core::DType::f32}; }
-  std::optional<std::string> check_problem(const core::Problem& p) const override;
+/// The attention problem's required dims (batch, heads_q, seq_q, head_dim) and optional ones with their defaults:
+/// heads_kv (= heads_q), seq_k (= seq_q), causal, window, sink_tokens, learned_sinks, tf32 (f32 only: TF32 tensor
+/// cores instead of exact FFMA), qk_range (Q and K drawn from [-r, r]: large logits), sink_bias (learned sink
+/// logits drawn from [b - 1, b + 1]).
+std::vector<std::string> problem_dims();
+std::vector<OptionalDim> optional_problem_dims();
 
-  /// q, k, v (problem dtype), sinks (heads_q, f32; read only with learned_sinks) -> o (problem dtype),
-  /// lse (batch, heads_q, seq_q, f32, natural log).
-  std::vector<BufferSpec> buffers(const core::Problem& p) const override;
-  /// Q, K, V and sinks read once, O and LSE written once (a baseline's workspace traffic is its cost, not
-  /// part of the work, so GB/s compare across families).
-  double bytes_moved(const core::Problem& p) const override;
-  /// 4 * head_dim per visible (query, key) pair per query head.
-  double flops(const core::Problem& p) const override;
+/// The forward's buffers: q, k, v (problem dtype), sinks (heads_q, f32; read only with learned_sinks) -> o (problem
+/// dtype), lse (batch, heads_q, seq_q, f32, natural log).
+std::vector<BufferSpec> fwd_buffers(const Shape& s);
+/// [bytes] Q, K, V and sinks read once, O and LSE written once (a baseline's workspace traffic is its cost, not
+/// part of the work, so GB/s compare across operations).
+double fwd_bytes(const Shape& s);
+/// [FLOP] 4 * head_dim per visible (query, key) pair per query head.
+double fwd_flops(const Shape& s);
+/// The forward's reference (O, LSE) of the rows reference_rows() picks; `who` names the operation in errors.
+void fwd_reference(const std::string& who, const Shape& s, const std::vector<HostTensor>& inputs,
+                   std::vector<HostTensor>& outputs, RefPrecision precision);
+/// The forward kernels' atol beside twice the naive error.
+double fwd_atol(const Shape& s);
+
+/// The shared part of an attention operation (forward, its baselines, the backward stages), whose configs read
+/// as `Tunables`: the problem (dims, defaults, checks) and, for the forward, buffers, counts, reference and
+/// tolerance; a backward stage overrides the latter.
+template <typename Tunables>
+class AttentionOperation : public Operation<Shape, Tunables> {
+ public:
+  using Operation<Shape, Tunables>::Operation;
+
+  std::vector<std::string> problem_dims() const override { return attn::problem_dims(); }
+  std::vector<OptionalDim> optional_problem_dims() const override { return attn::optional_problem_dims(); }
+  void complete_problem(core::Problem& p) const override { attn::complete_problem(p); }
+  std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16, core::DType::f32}; }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    return attn::check_problem(p, head_dims());
+  }
+
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override { return fwd_buffers(Shape(p)); }
+  double bytes_moved(const core::Problem& p) const override { return fwd_bytes(Shape(p)); }
+  double flops(const core::Problem& p) const override { return fwd_flops(Shape(p)); }
   void reference(const core::Problem& p, const std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs,
-                 RefPrecision precision) const override;
-  double default_atol(const core::Problem& p) const override;
+                 RefPrecision precision) const override {
+    fwd_reference(this->name(), Shape(p), inputs, outputs, precision);
+  }
+  double default_atol(const core::Problem& p) const override { return fwd_atol(Shape(p)); }
 
  protected:
   /// Head dims the kernels are built for.

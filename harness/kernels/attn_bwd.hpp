@@ -1,4 +1,4 @@
-// harness/kernels/attn_bwd.hpp: the buffers of the attention backward families (attn_bwd.cpp), for tests
+// harness/kernels/attn_bwd.hpp: the buffers of the attention backward operations (attn_bwd_*.cpp), for tests
 // and for callers that chain the stages: preprocess (O, dO -> D), dkdv (Q, K, V, dO, LSE, D -> dK, dV; a workspace),
 // dq (Q, K, V, dO, LSE, D -> dQ), dq_delta (Q, K, V, dO, LSE, O -> dQ, D), fused (Q, K, V, dO, LSE, D -> dQ, dK, dV; a workspace) and dsink (sinks, LSE, D -> d sinks).
 #pragma once

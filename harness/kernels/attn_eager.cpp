@@ -42,11 +42,11 @@ constexpr int kLastStep = 19;  // every tensor still held at the end lives to he
 }  // namespace
 
 std::vector<attn::LiveTensor> tensors(const core::Problem& p) {
-  const std::int64_t b = p.at("batch"), hq = p.at("heads_q"), hkv = p.at("heads_kv");
-  const std::int64_t sq = p.at("seq_q"), sk = p.at("seq_k"), d = p.at("head_dim");
-  const std::int64_t es = std::int64_t(core::dtype_size(p.dtype)), rows = b * hq * sq, n = rows * sk;
-  const bool gqa = hq != hkv, masked = p.get("causal", 0) != 0 || p.get("window", 0) > 0;
-  const bool sinks = p.get("learned_sinks", 0) != 0, f32 = p.dtype == core::DType::f32;
+  const attn::Shape s(p);
+  const std::int64_t b = s.batch, hq = s.heads_q, sq = s.seq_q, sk = s.seq_k, d = s.head_dim;
+  const std::int64_t es = std::int64_t(core::dtype_size(s.dtype)), rows = s.rows(), n = rows * sk;
+  const bool gqa = hq != s.heads_kv, masked = s.causal || s.has_window();
+  const bool sinks = s.learned_sinks, f32 = s.dtype == core::DType::f32;
   const std::int64_t n_soft = sinks ? rows * (sk + 1) : n;  // the softmax's elements
   const std::int64_t soft_es = sinks ? 4 : es;               // its input's element size
   std::vector<attn::LiveTensor> t(kNumTensors);
@@ -60,7 +60,7 @@ std::vector<attn::LiveTensor> tensors(const core::Problem& p) {
   set(kNotMask, "not_mask", masked ? sq * sk : 0, 5, 6);
   set(kSCat, "s_cat", sinks ? n_soft * 4 : 0, 7, kLastStep);
   // softmax(x, dtype=float32): fp16 on CUDA runs half_to_float in one kernel; other dtypes are converted.
-  set(kSoftmaxIn, "softmax_in", soft_es == 2 && p.dtype == core::DType::bf16 ? n_soft * 4 : 0, 8, 9);
+  set(kSoftmaxIn, "softmax_in", soft_es == 2 && s.dtype == core::DType::bf16 ? n_soft * 4 : 0, 8, 9);
   set(kP32, "p32", n_soft * 4, 9, f32 ? kLastStep : 10);
   set(kP, "p", f32 ? 0 : n_soft * es, 10, kLastStep);
   set(kS32, "s32", soft_es == 4 ? 0 : n_soft * 4, 12, kLastStep);
@@ -83,8 +83,31 @@ enum class EagerOp : std::int32_t {
   softmax = 7, to_dtype = 8, row_max = 9, zero_inf = 10, sub_row = 11, exp = 12, row_sum = 13, log = 14, add = 15,
 };
 
-class AttnEager final : public attn::AttentionFamily {
+// The op kernel of attn_eager.cuh, one launch per PyTorch op; launch_shape() gives the block of every op, each
+// launch picks its own grid (AttnEager::launch()).
+class EagerOps final : public attn::BaselineKernel {
  public:
+  EagerOps()
+      : BaselineKernel({"ops", "attn_eager.cuh", {core::DType::f16, core::DType::bf16, core::DType::f32}, 0, "", {}, {}}) {}
+  std::optional<std::string> can_run(const attn::BaselineConfig& c, const attn::Shape& s,
+                                     const core::DeviceLimits& d) const override {
+    if (auto why = BaselineKernel::can_run(c, s, d)) return why;
+    // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
+    // pass rule there by construction, so such problems are not run.
+    if (s.has_rows_without_keys() && !s.learned_sinks)
+      return "causal with seq_q > seq_k leaves rows with no visible key, where eager PyTorch's softmax gives NaN";
+    return std::nullopt;
+  }
+  std::string name_expression(const attn::BaselineConfig& c, const attn::Shape& s) const override {
+    using attn::bool_arg;
+    return std::string("attn_eager_kernel<") + attn::storage_type(s.dtype) + ", " + std::to_string(c.block_threads) +
+           ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ">";
+  }
+};
+
+class AttnEager final : public attn::AttentionOperation<attn::BaselineConfig> {
+ public:
+  AttnEager() { add_variant(std::make_unique<EagerOps>()); }
   std::string name() const override { return "attn_eager"; }
   std::string stage() const override { return "forward"; }
   std::string template_file() const override { return "attn_eager.cuh"; }
@@ -93,48 +116,18 @@ class AttnEager final : public attn::AttentionFamily {
            "materialized, cuBLAS matmuls, peak memory as PyTorch's allocator counts it";
   }
 
-  std::vector<TunableSpec> tunables() const override {
-    return {{"block_threads", {128, 256, 512, 1024}, "threads per block of every element-wise and row op"}};
-  }
-  std::vector<std::string> constraints() const override { return {"block_threads % 32 == 0"}; }
-
   std::optional<std::string> check_problem(const core::Problem& p) const override {
-    if (auto why = AttentionFamily::check_problem(p)) return why;
+    if (auto why = AttentionOperation::check_problem(p)) return why;
     // K and V repeated per query head: one GEMM per (batch, query head) of seq_q rows.
-    if (auto why = attn::check_gemm_sizes(p.at("seq_q"), p.at("batch") * p.at("heads_q"))) return why;
-    if (double(p.at("seq_k")) + 1 > INT_MAX) return "seq_k + 1 must fit an int";
+    const attn::Shape s(p);
+    if (auto why = attn::check_gemm_sizes(s.seq_q, s.batch * s.heads_q)) return why;
+    if (double(s.seq_k) + 1 > INT_MAX) return "seq_k + 1 must fit an int";
     return std::nullopt;
-  }
-
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
-                                     const core::DeviceLimits& d) const override {
-    if (auto why = attn::check_block_threads(c, d)) return why;
-    // torch.softmax of a row that is all -inf is NaN (and so is that row of O): eager PyTorch fails the
-    // pass rule there by construction, so such problems are not run.
-    if (attn::has_rows_without_keys(p) && p.get("learned_sinks", 0) == 0)
-      return "causal with seq_q > seq_k leaves rows with no visible key, where eager PyTorch's softmax gives NaN";
-    return std::nullopt;
-  }
-
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    using attn::bool_arg;
-    return {std::string("attn_eager_kernel<") + attn::storage_type(p.dtype) + ", " +
-                std::to_string(c.at("block_threads")) + ", " + bool_arg(p.get("causal", 0)) + ", " +
-                bool_arg(p.get("window", 0) > 0) + ">",
-            {}};
-  }
-
-  // The block of every op; each launch picks its own grid (launch()).
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape s;
-    s.grid[0] = unsigned(std::min<std::int64_t>(attn::score_rows(p), INT_MAX));
-    s.block[0] = unsigned(c.at("block_threads"));
-    return s;
   }
 
   /// The shared attention buffers, then "workspace": every intermediate, eager::plan(p).bytes long.
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    auto b = AttentionFamily::buffers(p);
+    auto b = AttentionOperation::buffers(p);
     b.push_back({"workspace", core::DType::f32, eager::plan(p).bytes / 4, BufferRole::workspace, 0, 0});
     return b;
   }
@@ -142,18 +135,18 @@ class AttnEager final : public attn::AttentionFamily {
   // The first op's arguments (K's repetition, or the scaling of Q K^T): (op, a, b, out, n, cols, a_f32,
   // heads_q, group, seq_q, seq_k, head_dim, window, sink_tokens, scale); launch() makes the others.
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return op_args(p, EagerOp::scale, 0, 0, 0, 0, 0);
+    return op_args(attn::Shape(p), EagerOp::scale, 0, 0, 0, 0, 0);
   }
 
   bool launches_itself() const override { return true; }
 
   void launch(const LaunchEnv& env, const core::Config&, const core::Problem& p) const override {
     attn::expect_buffers(env, std::size_t(kWorkspace + 1), name());
-    const std::int64_t b = p.at("batch"), hq = p.at("heads_q"), hkv = p.at("heads_kv");
-    const std::int64_t sq = p.at("seq_q"), sk = p.at("seq_k"), d = p.at("head_dim");
-    const std::int64_t rows = attn::score_rows(p), n = rows * sk;
-    const bool sinks = p.get("learned_sinks", 0) != 0, f32 = p.dtype == core::DType::f32;
-    const bool masked = p.get("causal", 0) != 0 || p.get("window", 0) > 0;
+    const attn::Shape s(p);
+    const std::int64_t b = s.batch, hq = s.heads_q, hkv = s.heads_kv, sq = s.seq_q, sk = s.seq_k, d = s.head_dim;
+    const std::int64_t rows = s.rows(), n = rows * sk;
+    const bool sinks = s.learned_sinks, f32 = s.dtype == core::DType::f32;
+    const bool masked = s.causal || s.has_window();
     const std::int64_t cols = sinks ? sk + 1 : sk;  // the softmax's row
     const auto plan = eager::plan(p);
     const auto at = [&](eager::Tensor t) { return env.buffers[kWorkspace] + std::uint64_t(plan.offsets[t]); };
@@ -171,7 +164,7 @@ class AttnEager final : public attn::AttentionFamily {
       const std::int64_t per_block = threads * (wide ? 4 : 1);  // wide ops: four elements per thread
       const std::int64_t blocks = row_op ? count : (count + per_block - 1) / per_block;
       const unsigned grid[3] = {unsigned(std::clamp<std::int64_t>(blocks, 1, INT_MAX)), 1, 1};
-      auto args = pack_kernel_args(op_args(p, op, a, bb, out, count, row_len, a_f32), e.buffers);
+      auto args = pack_kernel_args(op_args(s, op, a, bb, out, count, row_len, a_f32), e.buffers);
       cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, static_cast<CUstream>(env.stream),
                    args.pointers.data());
     };
@@ -184,9 +177,9 @@ class AttnEager final : public attn::AttentionFamily {
       run(EagerOp::repeat_kv, attn::kV, attn::kV, ws(eager::kVRep), kv, 0);
       g.k = at(eager::kKRep), g.v = at(eager::kVRep);
     }
-    g.dtype = g.s_dtype = g.p_dtype = p.dtype;
+    g.dtype = g.s_dtype = g.p_dtype = s.dtype;
     g.groups = b * hq, g.rows = sq, g.seq_k = sk, g.head_dim = d;
-    g.tf32 = p.get("tf32", 0) != 0;
+    g.tf32 = s.tf32;
     g.workspace = at(eager::kCublas), g.workspace_bytes = eager::kCublasWorkspaceBytes;
     g.s = at(eager::kQk);
     attn::gemm_scores(g, env.stream);  // Q @ K^T, unscaled
@@ -205,7 +198,7 @@ class AttnEager final : public attn::AttentionFamily {
     }
 
     int soft_in = scores;
-    if (!scores_f32 && p.dtype == core::DType::bf16) {
+    if (!scores_f32 && s.dtype == core::DType::bf16) {
       run(EagerOp::to_float, scores, scores, ws(eager::kSoftmaxIn), rows * cols, 0);
       soft_in = ws(eager::kSoftmaxIn);
     }
@@ -234,26 +227,32 @@ class AttnEager final : public attn::AttentionFamily {
 
   // S rounded to the dtype twice before the softmax: by the Q K^T GEMM and by the scaling.
   double default_atol(const core::Problem& p) const override {
-    return attn::rounded_scores_atol(p, AttentionFamily::default_atol(p), 2);
+    return attn::rounded_scores_atol(attn::Shape(p), AttentionOperation::default_atol(p), 2);
   }
+
+ protected:
+  std::vector<TunableSpec> shared_tunables() const override {
+    return {{"block_threads", {128, 256, 512, 1024}, "threads per block of every element-wise and row op"}};
+  }
+  std::vector<std::string> shared_constraints() const override { return {"block_threads % 32 == 0"}; }
 
  private:
   // One op's kernel argument, the parameter struct; buffers by index into the launch's buffer table.
-  static std::vector<KernelArg> op_args(const core::Problem& p, EagerOp op, int a, int b, int out, std::int64_t n,
+  static std::vector<KernelArg> op_args(const attn::Shape& s, EagerOp op, int a, int b, int out, std::int64_t n,
                                         std::int64_t cols, bool a_f32 = false) {
-    const std::int64_t d = p.at("head_dim");
+    const std::int64_t d = s.head_dim;
     FtAttnEagerParams e{};
     e.n = n;
     e.op = std::int32_t(op);
     e.cols = std::int32_t(cols);
     e.a_f32 = a_f32 ? 1 : 0;
-    e.heads_q = std::int32_t(p.at("heads_q"));
-    e.group = std::int32_t(p.at("heads_q") / p.at("heads_kv"));
-    e.seq_q = std::int32_t(p.at("seq_q"));
-    e.seq_k = std::int32_t(p.at("seq_k"));
+    e.heads_q = std::int32_t(s.heads_q);
+    e.group = std::int32_t(s.group());
+    e.seq_q = std::int32_t(s.seq_q);
+    e.seq_k = std::int32_t(s.seq_k);
     e.head_dim = std::int32_t(d);
-    e.window = std::int32_t(p.get("window", 0));
-    e.sink_tokens = std::int32_t(p.get("sink_tokens", 0));
+    e.window = std::int32_t(s.window);
+    e.sink_tokens = std::int32_t(s.sink_tokens);
     e.scale = float(1.0 / std::sqrt(double(d)));
     return {ParamsArg::of(e)
                 .bind(offsetof(FtAttnEagerParams, a), a)

@@ -1,101 +1,51 @@
-// harness/kernels/attn_fwd.cpp: the attn_fwd family, FlashAttention-2 style fused attention forward. fp16 / bf16
-// on tensor cores: mma = 80, mma.sync m16n8k16 with ldmatrix and a cp.async pipeline of num_stages K/V tiles
-// (sm_80+; kernel_templates/attn_fwd.cuh); mma = 90, Hopper warpgroup MMA (wgmma, sm_90a; attn_fwd_sm90.cuh).
-// fp32 exact (FFMA) or on TF32 tensor cores (attn_fwd_f32.cuh, attn_fwd_f32.hpp). Each config compiles from
-// its kernel's own template (Specialization::template_file).
-// Causal, sliding window, sink tokens and learned sinks are compile-time switches; GQA is a head map.
-#include <algorithm>
-#include <cmath>
+// harness/kernels/attn_fwd.cpp: the attn_fwd operation, FlashAttention-2 style fused attention forward, and its
+// mma.sync variant. The variants (attn_fwd.hpp): fp16 / bf16 on tensor cores, mma = 80: mma.sync m16n8k16 with
+// ldmatrix and a cp.async pipeline of num_stages K/V tiles (sm_80+, kernel_templates/attn_fwd.cuh); mma = 90:
+// Hopper warpgroup MMA (wgmma, sm_90a; attn_fwd_sm90.cpp); fp32 exact (FFMA) or on TF32 tensor cores
+// (attn_fwd_f32.cpp). Causal, sliding window, sink tokens and learned sinks are compile-time switches; GQA is a
+// head map.
+#include "harness/kernels/attn_fwd.hpp"
 
 #include "harness/kernels/attention.hpp"
-#include "harness/kernels/attn_fwd_f32.hpp"
 #include "harness/kernels/builtin.hpp"
 
 namespace flashtune::kernels {
+
+namespace attn {
+
+LaunchShape fwd_launch(const FwdConfig& c, const Shape& s, std::int64_t smem) {
+  LaunchShape l;
+  l.grid[0] = unsigned((s.seq_q + c.rows_per_head() - 1) / c.rows_per_head());
+  l.grid[1] = unsigned(s.heads_q / c.pack_heads);
+  l.grid[2] = unsigned(s.batch);
+  l.block[0] = unsigned(c.threads());
+  l.dynamic_smem_bytes = unsigned(smem);
+  return l;
+}
+
+std::int64_t fwd_tile_bytes(const FwdConfig& c, const Shape& s) {
+  return (c.block_m + 2 * c.num_stages * c.block_n) * s.head_dim * std::int64_t(core::dtype_size(s.dtype));
+}
+
 namespace {
 
-const char* bool_arg(std::int64_t v) { return v ? "true" : "false"; }
-
-// Tunables added after the first configs were recorded: an older config means the kernel it ran. mma: the
-// tensor-core generation; mma_pipe: wgmma tiles in flight per warpgroup; epilogue: how the wgmma kernel
-// writes O (1 direct, 2 staged); min_blocks: blocks per SM it is compiled to fit (__launch_bounds__);
-// pack_heads: query heads of a GQA group sharing one wgmma block.
-std::int64_t mma_of(const core::Config& c) { return c.get("mma", 80); }
-std::int64_t pipe_of(const core::Config& c) { return c.get("mma_pipe", 1); }
-std::int64_t epilogue_of(const core::Config& c) { return c.get("epilogue", 1); }
-std::int64_t min_blocks_of(const core::Config& c) { return c.get("min_blocks", 1); }
-std::int64_t pack_of(const core::Config& c) { return c.get("pack_heads", 1); }
-// Query rows of one head in a block: block_m / pack_heads.
-std::int64_t rows_per_head(const core::Config& c) { return c.at("block_m") / pack_of(c); }
-
-class AttnFwd final : public attn::AttentionFamily {
+// mma 80: each warp owns one or two 16-row MMA tiles of the query block.
+class FwdMma final : public FwdVariant {
  public:
-  std::string name() const override { return "attn_fwd"; }
-  std::string stage() const override { return "forward"; }
-  std::string template_file() const override { return "attn_fwd.cuh"; }
-  std::string description() const override {
-    return "fused attention forward (O, LSE): causal / GQA / window / sink tokens / learned sinks; "
-           "fp16, bf16 on tensor cores, fp32 exact or TF32";
-  }
+  FwdMma() : FwdVariant({"sm80_mma", "attn_fwd.cuh", {core::DType::f16, core::DType::bf16}, 80, "80 = mma.sync (sm_80+)", {}, {}}) {}
 
-  std::vector<TunableSpec> tunables() const override {
-    return {
-        {"block_m", {16, 32, 64, 128}, "query rows per block"},
-        {"block_n", {16, 32, 64, 128}, "keys per K/V tile"},
-        {"num_warps", {1, 2, 4, 8}, "warps per block (fp16/bf16: each owns block_m / num_warps query rows)"},
-        {"num_stages", {1, 2, 3}, "K/V tiles in flight (cp.async pipeline depth)"},
-        {"mma", {80, 90},
-         "fp16/bf16 tensor-core instructions: 80 = mma.sync (sm_80+), 90 = warpgroup wgmma (sm_90a; a "
-         "warpgroup of 4 warps per 64 query rows, block_n 16, 32, 64 or 128, head_dim a multiple of 64)"},
-        {"mma_pipe", {1, 2},
-         "mma 90 only: 1 = Q K^T, softmax and P V one after the other; 2 = P V of tile i - 1 on the tensor "
-         "cores while the softmax of tile i runs (needs num_stages >= 2)"},
-        // Defaults hold every value that has won a measured shape (docs/NOTES.md): min_blocks 2 (dense d128 /
-        // d64 seq 8k), 5 and 6 (GPT-OSS), epilogue 2 (d128 seq 8k, session 18), pack_heads 4 (GPT-OSS).
-        {"min_blocks", {1, 2, 5, 6},
-         "mma 90 only: blocks per SM the compiler must fit (__launch_bounds__ minimum: registers capped at "
-         "65536 / (32 num_warps min_blocks)); 1 = no cap. 2..8 trade registers for occupancy, for short, "
-         "latency-bound rows such as sliding windows"},
-        {"epilogue", {1, 2},
-         "mma 90 only: 1 = O stored from the accumulators (4-byte stores); 2 = O staged in shared memory and "
-         "stored in 16-byte rows"},
-        {"pack_heads", {1, 2, 4, 8},
-         "mma 90 only: query heads of one GQA group per block (a divisor of heads_q / heads_kv); the block's "
-         "block_m rows are block_m / pack_heads queries of each head, so its K/V tiles serve pack_heads heads "
-         "and a windowed band stays narrow"},
-    };
-  }
-  // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma:
-  // 64 rows per warpgroup, S = Q K^T one m64nNk16 chain with N = block_n, rows of 128-byte slabs).
-  std::vector<std::string> constraints() const override {
-    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2", "mma == 80 || mma == 90",
-            "mma == 80 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 16 || block_n == 32 || block_n == 64 || block_n == 128) && "
-            "head_dim % 64 == 0)",
-            "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90",
-            "epilogue == 1 || mma == 90", "pack_heads == 1 || mma == 90", "block_m % pack_heads == 0"};
-  }
-
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
-                                     const core::DeviceLimits& d) const override {
-    const std::int64_t mma = mma_of(c);
-    if (p.dtype == core::DType::f32)
-      return mma == 80 && pipe_of(c) == 1 && min_blocks_of(c) == 1 && epilogue_of(c) == 1 && pack_of(c) == 1
-                 ? attn_f32::can_run(c, p, d)
-                 : std::optional<std::string>("mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) "
-                                              "are fp16/bf16 options; fp32 uses mma 80, mma_pipe 1, min_blocks 1, "
-                                              "epilogue 1, pack_heads 1");
-    if (mma == 90) return wgmma_can_run(c, p, d);
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
+  std::optional<std::string> can_run(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
+    const std::int64_t stages = c.num_stages, hd = s.head_dim;
     if (bm % (16 * warps) != 0 || bm / (16 * warps) > 2)
       return "block_m " + std::to_string(bm) + " must be 16 or 32 rows per warp x num_warps " + std::to_string(warps);
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
-    if (pipe_of(c) != 1) return "mma_pipe " + std::to_string(pipe_of(c)) + " is a wgmma (mma 90) option; mma 80 takes 1";
-    if (min_blocks_of(c) != 1 || epilogue_of(c) != 1 || pack_of(c) != 1)
+    if (c.mma_pipe != 1) return "mma_pipe " + std::to_string(c.mma_pipe) + " is a wgmma (mma 90) option; mma 80 takes 1";
+    if (c.min_blocks != 1 || c.epilogue != 1 || c.pack_heads != 1)
       return "min_blocks, epilogue and pack_heads are wgmma (mma 90) options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
-    const std::int64_t smem = mma_smem(c, p);
+    const std::int64_t smem = fwd_tile_bytes(c, s);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
     // Registers per thread, roughly: O accumulators (rows/warp * hd / 32), S (rows/warp * bn / 32), Q
@@ -105,103 +55,61 @@ class AttnFwd final : public attn::AttentionFamily {
     if (regs > 2 * d.max_regs_per_thread)
       return "about " + std::to_string(regs) + " registers per thread needed (limit " +
              std::to_string(d.max_regs_per_thread) + ")";
-    (void)hd;
     return std::nullopt;
   }
 
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    if (p.dtype == core::DType::f32) return {attn_f32::name_expression(c, p), {}, "attn_fwd_f32.cuh"};
-    const std::string t = p.dtype == core::DType::f16 ? "ft_half" : "ft_bf16";
-    if (mma_of(c) == 90)
-      return {"attn_fwd_wgmma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
-                  std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("num_warps") / 4) + ", " +
-                  std::to_string(c.at("num_stages")) + ", " + std::to_string(pipe_of(c)) + ", " +
-                  std::to_string(min_blocks_of(c)) + ", " + std::to_string(epilogue_of(c)) + ", " +
-                  bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
-                  bool_arg(p.get("learned_sinks", 0)) +
-                  (pack_of(c) > 1 ? ", " + std::to_string(pack_of(c)) : std::string()) + ">",
-              {},
-              "attn_fwd_sm90.cuh"};
-    return {"attn_fwd_mma_kernel<" + t + ", " + std::to_string(p.at("head_dim")) + ", " +
-                std::to_string(c.at("block_m")) + ", " + std::to_string(c.at("block_n")) + ", " +
-                std::to_string(c.at("num_warps")) + ", " + std::to_string(c.at("num_stages")) + ", " +
-                bool_arg(p.get("causal", 0)) + ", " + bool_arg(p.get("window", 0) > 0) + ", " +
-                bool_arg(p.get("learned_sinks", 0)) + ">",
-            {}};
+  std::string name_expression(const FwdConfig& c, const Shape& s) const override {
+    return "attn_fwd_mma_kernel<" + std::string(storage_type(s.dtype)) + ", " + std::to_string(s.head_dim) + ", " +
+           std::to_string(c.block_m) + ", " + std::to_string(c.block_n) + ", " + std::to_string(c.num_warps) + ", " +
+           std::to_string(c.num_stages) + ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " +
+           bool_arg(s.learned_sinks) + ">";
   }
 
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape s;
-    s.grid[0] = unsigned((p.at("seq_q") + rows_per_head(c) - 1) / rows_per_head(c));
-    s.grid[1] = unsigned(p.at("heads_q") / pack_of(c));
-    s.grid[2] = unsigned(p.at("batch"));
-    s.block[0] = unsigned(32 * c.at("num_warps"));
-    s.dynamic_smem_bytes = p.dtype == core::DType::f32 ? attn_f32::dynamic_smem_bytes(c, p)
-                           : mma_of(c) == 90           ? unsigned(wgmma_smem(c, p))
-                                                       : unsigned(mma_smem(c, p));
-    return s;
+  LaunchShape launch_shape(const FwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
+    return fwd_launch(c, s, fwd_tile_bytes(c, s));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<FwdVariant> make_fwd_mma_variant() { return std::make_unique<FwdMma>(); }
+
+}  // namespace attn
+
+namespace {
+
+class AttnFwd final : public attn::AttentionOperation<attn::FwdConfig> {
+ public:
+  AttnFwd() : AttentionOperation(Selector{"mma", &attn::FwdConfig::mma, "fp16/bf16 tensor-core instructions: "}) {
+    add_variant(attn::make_fwd_mma_variant());
+    add_variant(attn::make_fwd_wgmma_variant());
+    add_variant(attn::make_fwd_f32_variant());
+  }
+
+  std::string name() const override { return "attn_fwd"; }
+  std::string stage() const override { return "forward"; }
+  std::string template_file() const override { return "attn_fwd.cuh"; }
+  std::string description() const override {
+    return "fused attention forward (O, LSE): causal / GQA / window / sink tokens / learned sinks; "
+           "fp16, bf16 on tensor cores, fp32 exact or TF32";
   }
 
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {attn::fwd_params(p)};
+    return {attn::fwd_params(attn::Shape(p))};
   }
 
- private:
-  // Q tile, then num_stages (K tile, V tile) pairs, all block x head_dim elements.
-  static std::int64_t mma_smem(const core::Config& c, const core::Problem& p) {
-    return (c.at("block_m") + 2 * c.at("num_stages") * c.at("block_n")) * p.at("head_dim") *
-           std::int64_t(core::dtype_size(p.dtype));
+ protected:
+  std::vector<TunableSpec> shared_tunables() const override {
+    return {
+        {"block_m", {16, 32, 64, 128}, "query rows per block"},
+        {"block_n", {16, 32, 64, 128}, "keys per K/V tile"},
+        {"num_warps", {1, 2, 4, 8}, "warps per block (fp16/bf16: each owns block_m / num_warps query rows)"},
+        {"num_stages", {1, 2, 3}, "K/V tiles in flight (cp.async pipeline depth)"},
+    };
   }
-  // The same tiles, plus 1 KiB to align them to the 1024-byte swizzle atoms wgmma reads.
-  static std::int64_t wgmma_smem(const core::Config& c, const core::Problem& p) { return mma_smem(c, p) + 1024; }
-
-  static std::optional<std::string> wgmma_can_run(const core::Config& c, const core::Problem& p,
-                                                  const core::DeviceLimits& d) {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps");
-    const std::int64_t stages = c.at("num_stages"), hd = p.at("head_dim");
-    if (d.arch != "sm_90a") return "mma 90 (wgmma) needs sm_90a, not " + d.arch;
-    if (warps % 4 != 0 || bm != 16 * warps)
-      return "mma 90: block_m " + std::to_string(bm) + " must be 64 rows per warpgroup (16 x num_warps " +
-             std::to_string(warps) + ")";
-    if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 90: block_n must be 16, 32, 64 or 128";
-    if (hd % 64 != 0) return "mma 90: head_dim must be a multiple of 64 (128-byte swizzled rows)";
-    if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
-    const std::int64_t pipe = pipe_of(c);
-    if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
-    if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
-    const std::int64_t pack = pack_of(c), group = p.at("heads_q") / p.at("heads_kv");
-    if (pack < 1 || group % pack != 0)
-      return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
-             std::to_string(group) + ")";
-    if (bm % pack != 0)
-      return "pack_heads " + std::to_string(pack) + " must divide block_m " + std::to_string(bm);
-    const std::int64_t smem = wgmma_smem(c, p);
-    if (smem > d.max_shared_per_block_optin)
-      return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps
-    // them across the next S: bn / 4), ~30 others.
-    const std::int64_t regs = hd / 2 + bn / 2 + bn / (pipe == 2 ? 4 : 8) + 30;
-    if (regs > d.max_regs_per_thread)
-      return "about " + std::to_string(regs) + " registers per thread needed (limit " +
-             std::to_string(d.max_regs_per_thread) + ")";
-    // min_blocks: the blocks must fit an SM together (threads, shared memory), and the register cap it
-    // implies must leave the accumulators room (below it ptxas spills; the spill check prunes the rest).
-    if (epilogue_of(c) != 1 && epilogue_of(c) != 2) return "epilogue must be 1 (direct) or 2 (staged)";
-    const std::int64_t mb = min_blocks_of(c);
-    if (mb < 1 || mb > 8) return "min_blocks must be in 1..8";
-    if (mb > 1) {
-      if (32 * warps * mb > 2048)  // threads per SM on every sm_90a GPU
-        return "min_blocks " + std::to_string(mb) + " x " + std::to_string(32 * warps) + " threads > 2048 per SM";
-      if ((smem + 1024) * mb > d.max_shared_per_sm)
-        return "min_blocks " + std::to_string(mb) + " x " + std::to_string(smem) + " B of shared memory > " +
-               std::to_string(d.max_shared_per_sm) + " B per SM";
-      const std::int64_t cap = std::min<std::int64_t>(d.max_regs_per_thread, d.max_regs_per_block / (32 * warps * mb) / 8 * 8);
-      // ptxas needs ~24 more than the accumulators, or it serializes the wgmma (C7512) and gives up.
-      if (cap < hd / 2 + bn / 2 + 24)
-        return "min_blocks " + std::to_string(mb) + " caps registers at " + std::to_string(cap) +
-               " per thread, too few for the " + std::to_string(hd / 2 + bn / 2) + " accumulators and ~24 others";
-    }
-    return std::nullopt;
+  // Each warp owns one or two 16-row MMA tiles of the query block (mma.sync), or exactly one (wgmma).
+  std::vector<std::string> shared_constraints() const override {
+    return {"block_m % (16 * num_warps) == 0", "block_m / (16 * num_warps) <= 2"};
   }
 };
 

@@ -6,15 +6,17 @@
 #include <optional>
 #include <string>
 
+#include "harness/kernels/config_views.hpp"
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/problem_views.hpp"
 
 namespace flashtune::kernels::attn_f32 {
 
-/// nullopt when the f32 kernel (FFMA or TF32 as p says) can run config c on device d, else why not.
-std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d);
+/// nullopt when the f32 kernel (FFMA or TF32 as p says) can run config c on problem s, device d, else why not.
+std::optional<std::string> can_run(const attn::Tiles& c, const attn::Shape& s, const core::DeviceLimits& d);
 /// The name expression, e.g. "attn_fwd_f32_kernel<64, 64, 64, 4, 2, false, true, false, false>".
-std::string name_expression(const core::Config& c, const core::Problem& p);
+std::string name_expression(const attn::Tiles& c, const attn::Shape& s);
 /// [bytes] dynamic shared memory of one block.
-unsigned dynamic_smem_bytes(const core::Config& c, const core::Problem& p);
+unsigned dynamic_smem_bytes(const attn::Tiles& c, const attn::Shape& s);
 
 }  // namespace flashtune::kernels::attn_f32

@@ -1,6 +1,11 @@
-// harness/kernels/family.hpp: the host-side descriptor of a kernel family, flashtune's extension point.
-// Adding a kernel = one template in kernel_templates/, one KernelFamily here, one reference function in
-// reference/, one YAML in experiments/. The runner knows nothing about a family beyond this interface.
+// harness/kernels/family.hpp: the host-side descriptor of an operation (a kernel family: attention forward, a
+// backward stage, softmax, ...), flashtune's extension point; the runner knows nothing of one beyond this interface.
+// An operation owns the problem, buffers, arguments (attention: one params struct, attn_params.cuh), reference,
+// counts and tolerance; its kernels are variants (operation.hpp: Operation, Variant), each with its own template,
+// tunables, constraints, can_run, name expression and launch shape, picked by a selector tunable (attn_fwd's mma).
+// A new variant = one template in kernel_templates/, one Variant, one add_variant() line in its operation; a new
+// operation = an Operation registered in registry.cpp, one reference in reference/, one YAML in experiments/.
+// README "Adding a kernel" walks through it with the commands that check it.
 #pragma once
 
 #include <cstdint>

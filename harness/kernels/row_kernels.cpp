@@ -1,4 +1,4 @@
-// harness/kernels/row_kernels.cpp: shared rules of the row-wise kernel families.
+// harness/kernels/row_kernels.cpp: shared rules of the row-wise operations and the variant their kernels are.
 #include "harness/kernels/row_kernels.hpp"
 
 #include <algorithm>
@@ -7,15 +7,6 @@ namespace flashtune::kernels::row {
 namespace {
 bool is_pow2(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 }  // namespace
-
-std::string device_type_name(core::DType d) {
-  switch (d) {
-    case core::DType::f32: return "float";
-    case core::DType::f16: return "ft_half";
-    case core::DType::bf16: return "ft_bf16";
-  }
-  throw core::Error("device_type_name: unknown dtype");
-}
 
 std::vector<TunableSpec> tunables() {
   return {
@@ -27,17 +18,12 @@ std::vector<TunableSpec> tunables() {
 
 std::vector<std::string> constraints() { return {"vec * dtype_bytes <= 16"}; }
 
-std::optional<std::string> check_problem(const core::Problem& p) {
-  for (const char* dim : {"rows", "cols"}) {
-    if (!p.dims.count(dim)) return std::string("missing dimension '") + dim + "'";
-    if (p.at(dim) < 1) return std::string(dim) + " must be >= 1, got " + std::to_string(p.at(dim));
-  }
-  if (p.at("rows") > (std::int64_t(1) << 62) / p.at("cols")) return "rows * cols overflows";
-  return std::nullopt;
-}
+RowKernel::RowKernel(std::string name, std::string file, std::string kernel, std::int64_t selector)
+    : Variant({std::move(name), std::move(file), {core::DType::f32, core::DType::f16, core::DType::bf16}, selector, "", {}, {}}),
+      m_kernel(std::move(kernel)) {}
 
-std::optional<std::string> can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
-  const std::int64_t threads = c.at("block_threads"), rows_per_block = c.at("rows_per_block"), vec = c.at("vec");
+std::optional<std::string> RowKernel::can_run(const RowConfig& c, const Shape& s, const core::DeviceLimits& d) const {
+  const std::int64_t threads = c.block_threads, rows_per_block = c.rows_per_block, vec = c.vec;
   if (threads < 32 || threads % 32 != 0) return "block_threads " + std::to_string(threads) + " is not whole warps";
   if (threads > d.max_threads_per_block)
     return "block_threads " + std::to_string(threads) + " > device limit " + std::to_string(d.max_threads_per_block);
@@ -48,24 +34,22 @@ std::optional<std::string> can_run(const core::Config& c, const core::Problem& p
   if (per_row % 32 != 0 && !(is_pow2(per_row) && per_row < 32))
     return "threads per row " + std::to_string(per_row) + " is neither whole warps nor a power-of-two part of a warp";
   if (!is_pow2(vec)) return "vec " + std::to_string(vec) + " is not a power of two";
-  const std::int64_t bytes = vec * std::int64_t(core::dtype_size(p.dtype));
+  const std::int64_t bytes = vec * std::int64_t(core::dtype_size(s.dtype));
   if (bytes > 16) return "vec * dtype_bytes = " + std::to_string(bytes) + " > 16 (one load is at most 16 bytes)";
   return std::nullopt;
 }
 
-Specialization specialize(const std::string& kernel, const core::Config& c, const core::Problem& p) {
-  return {kernel + "<" + device_type_name(p.dtype) + ", " + std::to_string(c.at("block_threads")) + ", " +
-              std::to_string(c.at("rows_per_block")) + ", " + std::to_string(c.at("vec")) + ">",
-          {}};
+std::string RowKernel::name_expression(const RowConfig& c, const Shape& s) const {
+  return m_kernel + "<" + storage_type(s.dtype) + ", " + std::to_string(c.block_threads) + ", " +
+         std::to_string(c.rows_per_block) + ", " + std::to_string(c.vec) + ">";
 }
 
-LaunchShape launch_shape(const core::Config& c, const core::Problem& p) {
-  const std::int64_t rows_per_block = c.at("rows_per_block");
-  const std::int64_t groups = (p.at("rows") + rows_per_block - 1) / rows_per_block;
-  LaunchShape s;
-  s.grid[0] = static_cast<unsigned>(std::min(groups, kMaxGridX));
-  s.block[0] = static_cast<unsigned>(c.at("block_threads"));
-  return s;
+LaunchShape RowKernel::launch_shape(const RowConfig& c, const Shape& s, const core::DeviceLimits&) const {
+  const std::int64_t groups = (s.rows + c.rows_per_block - 1) / c.rows_per_block;
+  LaunchShape l;
+  l.grid[0] = static_cast<unsigned>(std::min(groups, kMaxGridX));
+  l.block[0] = static_cast<unsigned>(c.block_threads);
+  return l;
 }
 
 }  // namespace flashtune::kernels::row

@@ -11,9 +11,9 @@
 namespace flashtune::kernels {
 namespace {
 
-class Softmax final : public row::RowKernelFamily {
+class Softmax final : public row::RowOperation {
  public:
-  Softmax() : RowKernelFamily("softmax_kernel") {}
+  Softmax() { add_variant(std::make_unique<row::RowKernel>("online", "softmax.cuh", "softmax_kernel")); }
   std::string name() const override { return "softmax"; }
   std::string template_file() const override { return "softmax.cuh"; }
   std::string description() const override {
@@ -22,23 +22,30 @@ class Softmax final : public row::RowKernelFamily {
 
   // x (rows x cols) logits in [-8, 8] (e^16 of dynamic range inside a row); y (rows x cols) output.
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    const std::int64_t n = p.at("rows") * p.at("cols");
-    return {{"x", p.dtype, n, BufferRole::input, -8.0, 8.0}, {"y", p.dtype, n, BufferRole::output, 0.0, 0.0}};
+    const row::Shape s(p);
+    return {{"x", s.dtype, s.elements(), BufferRole::input, -8.0, 8.0},
+            {"y", s.dtype, s.elements(), BufferRole::output, 0.0, 0.0}};
   }
   // softmax_kernel(const T* x, T* y, long long rows, long long cols, long long stride)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{0}, BufferArg{1}, p.at("rows"), p.at("cols"), p.at("cols")};
+    const row::Shape s(p);
+    return {BufferArg{0}, BufferArg{1}, s.rows, s.cols, s.cols};
   }
 
   double bytes_moved(const core::Problem& p) const override {
-    return 2.0 * double(p.at("rows")) * double(p.at("cols")) * double(core::dtype_size(p.dtype));
+    const row::Shape s(p);
+    return 2.0 * double(s.rows) * double(s.cols) * double(core::dtype_size(s.dtype));
   }
   // Per element: max, subtract, exp, add (statistics) and multiply (normalize): 5 FLOP, counting exp as 1.
-  double flops(const core::Problem& p) const override { return 5.0 * double(p.at("rows")) * double(p.at("cols")); }
+  double flops(const core::Problem& p) const override {
+    const row::Shape s(p);
+    return 5.0 * double(s.rows) * double(s.cols);
+  }
 
   void reference(const core::Problem& p, const std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs,
                  RefPrecision precision) const override {
-    const std::int64_t rows = p.at("rows"), cols = p.at("cols");
+    const row::Shape s(p);
+    const std::int64_t rows = s.rows, cols = s.cols;
     if (inputs.size() != 1 || outputs.size() != 1) throw core::Error("softmax.reference: expects x -> y");
     outputs[0].values = precision == RefPrecision::f64 ? reference::softmax_rows<double>(inputs[0].values, rows, cols)
                                                        : reference::softmax_rows<float>(inputs[0].values, rows, cols);

@@ -8,6 +8,9 @@
 #include <set>
 
 #include "harness/kernels/builtin.hpp"
+#include "harness/kernels/config_views.hpp"
+#include "harness/kernels/operation.hpp"
+#include "harness/kernels/problem_views.hpp"
 #include "reference/attention.hpp"
 #include "reference/dtype.hpp"
 
@@ -17,27 +20,16 @@ namespace {
 constexpr double kReferenceBudget = 4e8;  // multiply-adds per reference precision
 constexpr std::int64_t kMaxGridYZ = 65535;
 
-std::string type_name(core::DType d) {
-  switch (d) {
-    case core::DType::f32: return "float";
-    case core::DType::f16: return "ft_half";
-    case core::DType::bf16: return "ft_bf16";
-  }
-  return "?";
-}
-
 // The kernel's thread tile (SoftmaxMatmulTraits in the template): outputs per thread, and its columns.
-std::int64_t per_thread(const core::Config& c) {
-  return c.at("block_m") * c.at("block_n") / (32 * c.at("num_warps"));
-}
-std::int64_t thread_n(const core::Config& c) { return per_thread(c) >= 64 ? 8 : 4; }
+std::int64_t per_thread(const smm::SmmConfig& c) { return c.block_m * c.block_n / (32 * c.num_warps); }
+std::int64_t thread_n(const smm::SmmConfig& c) { return per_thread(c) >= 64 ? 8 : 4; }
 
 // Rows of X (in every batch) the reference computes: all when batch * d1 * d2 * d3 fits the budget, else
 // the first and last four plus rows spread over d1 (offset by a varying amount, so that they land at
 // every position inside a block of rows), as many as the budget allows and at least 16.
-std::vector<std::int64_t> reference_rows(const core::Problem& p) {
-  const std::int64_t d1 = p.at("d1");
-  const double per_row = double(p.at("batch")) * double(p.at("d2")) * double(p.at("d3"));
+std::vector<std::int64_t> reference_rows(const smm::Shape& s) {
+  const std::int64_t d1 = s.d1;
+  const double per_row = double(s.batch) * double(s.d2) * double(s.d3);
   if (per_row * double(d1) <= kReferenceBudget) return {};
   const std::int64_t n = std::clamp<std::int64_t>(std::int64_t(kReferenceBudget / per_row), 16, d1);
   std::set<std::int64_t> rows;
@@ -81,20 +73,18 @@ class SoftmaxMatmul final : public KernelFamily {
   }
 
   std::optional<std::string> check_problem(const core::Problem& p) const override {
-    for (const char* d : {"batch", "d1", "d2", "d3"}) {
-      if (!p.dims.count(d)) return std::string("missing dimension '") + d + "'";
-      if (p.at(d) < 1) return std::string(d) + " must be >= 1";
-      if (p.at(d) > INT_MAX) return std::string(d) + " must be < 2^31";
-    }
-    if (p.at("batch") > kMaxGridYZ) return "batch must be <= 65535 (one grid dimension)";
-    if (p.get("x_range", 8) < 1) return "x_range must be >= 1";
+    if (auto why = smm::check_dims(p)) return why;
+    const smm::Shape s(p);
+    if (s.batch > kMaxGridYZ) return "batch must be <= 65535 (one grid dimension)";
+    if (s.x_range < 1) return "x_range must be >= 1";
     return std::nullopt;
   }
 
-  std::optional<std::string> can_run(const core::Config& c, const core::Problem& p,
+  std::optional<std::string> can_run(const core::Config& config, const core::Problem& p,
                                      const core::DeviceLimits& d) const override {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), bk = c.at("block_k"), warps = c.at("num_warps");
-    const std::int64_t threads = 32 * warps;
+    const smm::SmmConfig c(config);
+    const std::int64_t bm = c.block_m, bn = c.block_n, bk = c.block_k, warps = c.num_warps;
+    const std::int64_t threads = c.threads();
     if (bm < 4 || bn < 4 || bk < 1 || warps < 1) return "block_m, block_n >= 4, block_k, num_warps >= 1";
     if (threads > d.max_threads_per_block)
       return std::to_string(threads) + " threads > " + std::to_string(d.max_threads_per_block) + " per block";
@@ -109,42 +99,46 @@ class SoftmaxMatmul final : public KernelFamily {
     const std::int64_t smem = smem_bytes(c);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    if ((p.at("d1") + bm - 1) / bm > kMaxGridYZ) return "d1 / block_m must be <= 65535 (grid.y)";
-    if ((p.at("d3") + bn - 1) / bn > INT_MAX) return "d3 / block_n must be < 2^31 (grid.x)";
+    const smm::Shape s(p);
+    if ((s.d1 + bm - 1) / bm > kMaxGridYZ) return "d1 / block_m must be <= 65535 (grid.y)";
+    if ((s.d3 + bn - 1) / bn > INT_MAX) return "d3 / block_n must be < 2^31 (grid.x)";
     return std::nullopt;
   }
 
-  Specialization specialize(const core::Config& c, const core::Problem& p) const override {
-    return {"softmax_matmul_kernel<" + type_name(p.dtype) + ", " + std::to_string(c.at("block_m")) + ", " +
-                std::to_string(c.at("block_n")) + ", " + std::to_string(c.at("block_k")) + ", " +
-                std::to_string(c.at("num_warps")) + ">",
+  Specialization specialize(const core::Config& config, const core::Problem& p) const override {
+    const smm::SmmConfig c(config);
+    return {"softmax_matmul_kernel<" + std::string(storage_type(p.dtype)) + ", " + std::to_string(c.block_m) + ", " +
+                std::to_string(c.block_n) + ", " + std::to_string(c.block_k) + ", " + std::to_string(c.num_warps) + ">",
+            {},
             {}};
   }
 
   // grid (column tiles of d3, row tiles of d1, batch): the column tiles of one row tile run side by side
   // and share its X rows in L2.
-  LaunchShape launch_shape(const core::Config& c, const core::Problem& p, const core::DeviceLimits&) const override {
-    LaunchShape s;
-    s.grid[0] = unsigned((p.at("d3") + c.at("block_n") - 1) / c.at("block_n"));
-    s.grid[1] = unsigned((p.at("d1") + c.at("block_m") - 1) / c.at("block_m"));
-    s.grid[2] = unsigned(p.at("batch"));
-    s.block[0] = unsigned(32 * c.at("num_warps"));
-    s.dynamic_smem_bytes = unsigned(smem_bytes(c));
-    return s;
+  LaunchShape launch_shape(const core::Config& config, const core::Problem& p, const core::DeviceLimits&) const override {
+    const smm::SmmConfig c(config);
+    const smm::Shape s(p);
+    LaunchShape l;
+    l.grid[0] = unsigned((s.d3 + c.block_n - 1) / c.block_n);
+    l.grid[1] = unsigned((s.d1 + c.block_m - 1) / c.block_m);
+    l.grid[2] = unsigned(s.batch);
+    l.block[0] = unsigned(c.threads());
+    l.dynamic_smem_bytes = unsigned(smem_bytes(c));
+    return l;
   }
 
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    const std::int64_t b = p.at("batch"), d1 = p.at("d1"), d2 = p.at("d2"), d3 = p.at("d3");
-    const double r = double(p.get("x_range", 8));
-    return {{"x", p.dtype, b * d1 * d2, BufferRole::input, -r, r},
-            {"v", p.dtype, b * d2 * d3, BufferRole::input, -1.0, 1.0},
-            {"out", p.dtype, b * d1 * d3, BufferRole::output, 0, 0}};
+    const smm::Shape s(p);
+    const double r = double(s.x_range);
+    return {{"x", s.dtype, s.batch * s.d1 * s.d2, BufferRole::input, -r, r},
+            {"v", s.dtype, s.batch * s.d2 * s.d3, BufferRole::input, -1.0, 1.0},
+            {"out", s.dtype, s.batch * s.d1 * s.d3, BufferRole::output, 0, 0}};
   }
 
   // softmax_matmul_kernel(const T* x, const T* v, T* out, int d1, int d2, int d3)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, std::int32_t(p.at("d1")), std::int32_t(p.at("d2")),
-            std::int32_t(p.at("d3"))};
+    const smm::Shape s(p);
+    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, std::int32_t(s.d1), std::int32_t(s.d2), std::int32_t(s.d3)};
   }
 
   double bytes_moved(const core::Problem& p) const override {
@@ -154,20 +148,22 @@ class SoftmaxMatmul final : public KernelFamily {
   }
   /// The matmul's 2 * batch * d1 * d2 * d3 (the softmax's few FLOPs per element of X are not counted).
   double flops(const core::Problem& p) const override {
-    return 2.0 * double(p.at("batch")) * double(p.at("d1")) * double(p.at("d2")) * double(p.at("d3"));
+    const smm::Shape s(p);
+    return 2.0 * double(s.batch) * double(s.d1) * double(s.d2) * double(s.d3);
   }
 
   void reference(const core::Problem& p, const std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs,
                  RefPrecision precision) const override {
     if (inputs.size() != 2 || outputs.size() != 1) throw core::Error("softmax_matmul.reference: expects x, v -> out");
-    const std::int64_t b = p.at("batch"), d1 = p.at("d1"), d2 = p.at("d2"), d3 = p.at("d3");
+    const smm::Shape s(p);
+    const std::int64_t b = s.batch, d1 = s.d1, d2 = s.d2, d3 = s.d3;
     auto run = [&](std::int64_t batch, std::int64_t rows, const std::vector<double>& x, const std::vector<double>& v,
                    std::vector<double>& o) {
       if (precision == RefPrecision::f64) reference::softmax_matmul<double>(batch, rows, d2, d3, x, v, o);
       else reference::softmax_matmul<float>(batch, rows, d2, d3, x, v, o);
     };
     auto& out = outputs[0];
-    const auto rows = reference_rows(p);
+    const auto rows = reference_rows(s);
     if (rows.empty()) {
       run(b, d1, inputs[0].values, inputs[1].values, out.values);
       out.checked.clear();
@@ -209,9 +205,9 @@ class SoftmaxMatmul final : public KernelFamily {
  private:
   // X chunk (block_k x (block_m + 4)), V chunk (block_k x block_n), partial maxima and sums (2 x split x
   // block_m), per-row rescale factor, max and sum (3 x block_m); all fp32. Mirrors the template's layout.
-  static std::int64_t smem_bytes(const core::Config& c) {
-    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), bk = c.at("block_k");
-    const std::int64_t threads = 32 * c.at("num_warps");
+  static std::int64_t smem_bytes(const smm::SmmConfig& c) {
+    const std::int64_t bm = c.block_m, bn = c.block_n, bk = c.block_k;
+    const std::int64_t threads = c.threads();
     const std::int64_t split = threads >= bm ? threads / bm : 1;
     return 4 * (bk * (bm + 4) + bk * bn + 2 * split * bm + 3 * bm);
   }

@@ -10,9 +10,9 @@
 namespace flashtune::kernels {
 namespace {
 
-class WeightedRowSum final : public row::RowKernelFamily {
+class WeightedRowSum final : public row::RowOperation {
  public:
-  WeightedRowSum() : RowKernelFamily("weighted_row_sum_kernel") {}
+  WeightedRowSum() { add_variant(std::make_unique<row::RowKernel>("rowwise", "weighted_row_sum.cuh", "weighted_row_sum_kernel")); }
   std::string name() const override { return "weighted_row_sum"; }
   std::string template_file() const override { return "weighted_row_sum.cuh"; }
   std::string description() const override {
@@ -21,25 +21,31 @@ class WeightedRowSum final : public row::RowKernelFamily {
 
   // x (rows x cols), w (cols): inputs in [-1, 1]; y (rows): fp32 output.
   std::vector<BufferSpec> buffers(const core::Problem& p) const override {
-    const std::int64_t rows = p.at("rows"), cols = p.at("cols");
-    return {{"x", p.dtype, rows * cols, BufferRole::input, -1.0, 1.0},
-            {"w", p.dtype, cols, BufferRole::input, -1.0, 1.0},
-            {"y", core::DType::f32, rows, BufferRole::output, 0.0, 0.0}};
+    const row::Shape s(p);
+    return {{"x", s.dtype, s.elements(), BufferRole::input, -1.0, 1.0},
+            {"w", s.dtype, s.cols, BufferRole::input, -1.0, 1.0},
+            {"y", core::DType::f32, s.rows, BufferRole::output, 0.0, 0.0}};
   }
   // weighted_row_sum_kernel(const T* x, const T* w, float* y, long long rows, long long cols, long long stride_x)
   std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, p.at("rows"), p.at("cols"), p.at("cols")};
+    const row::Shape s(p);
+    return {BufferArg{0}, BufferArg{1}, BufferArg{2}, s.rows, s.cols, s.cols};
   }
 
   double bytes_moved(const core::Problem& p) const override {
-    const double rows = double(p.at("rows")), cols = double(p.at("cols")), e = double(core::dtype_size(p.dtype));
+    const row::Shape s(p);
+    const double rows = double(s.rows), cols = double(s.cols), e = double(core::dtype_size(s.dtype));
     return rows * cols * e + cols * e + rows * 4.0;
   }
-  double flops(const core::Problem& p) const override { return 2.0 * double(p.at("rows")) * double(p.at("cols")); }
+  double flops(const core::Problem& p) const override {
+    const row::Shape s(p);
+    return 2.0 * double(s.rows) * double(s.cols);
+  }
 
   void reference(const core::Problem& p, const std::vector<HostTensor>& inputs, std::vector<HostTensor>& outputs,
                  RefPrecision precision) const override {
-    const std::int64_t rows = p.at("rows"), cols = p.at("cols");
+    const row::Shape s(p);
+    const std::int64_t rows = s.rows, cols = s.cols;
     if (inputs.size() != 2 || outputs.size() != 1) throw core::Error("weighted_row_sum.reference: expects x, w -> y");
     outputs[0].values = precision == RefPrecision::f64
                             ? reference::weighted_row_sum<double>(inputs[0].values, inputs[1].values, rows, cols)
@@ -51,7 +57,7 @@ class WeightedRowSum final : public row::RowKernelFamily {
   // naive one differ by a few ulps of that. 2^-22 * sqrt(cols) ~ 4 fp32 ulps of a typical |y|; the
   // 2 * naive_err term of the pass rule dominates for long rows.
   double default_atol(const core::Problem& p) const override {
-    return std::ldexp(1.0, -22) * std::sqrt(double(std::max<std::int64_t>(p.at("cols"), 1)));
+    return std::ldexp(1.0, -22) * std::sqrt(double(std::max<std::int64_t>(row::Shape(p).cols, 1)));
   }
 };
 

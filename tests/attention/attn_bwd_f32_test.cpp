@@ -196,7 +196,7 @@ TEST(AttnBwdF32Compile, VariantsAndHeaviestConfigsCompileWithoutSpills) {
                 admitted.emplace_back(kernels::attn_bwd_f32::registers(
                                           f.name() == "attn_bwd_dkdv" ? kernels::attn_bwd_f32::Stage::dkdv
                                                                       : kernels::attn_bwd_f32::Stage::dq,
-                                          c, p),
+                                          kernels::attn::Tiles(c), kernels::attn::Shape(p)),
                                       c);
             ASSERT_FALSE(admitted.empty()) << name << " " << p.key();
             std::stable_sort(admitted.begin(), admitted.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

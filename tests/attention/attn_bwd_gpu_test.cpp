@@ -289,7 +289,7 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
     for (const auto& dims : shapes) {
       const auto p = problem(dims, dt);
       const std::string what = p.key();
-      const auto s = kernels::attn::shape_of(p);
+      const auto s = kernels::attn::Shape(p);
       const auto& fwd = fam("attn_fwd");
       auto ft = draw(fwd, p, 7);  // q, k, v, sinks, o, lse
       gpu.run(fwd, kFwd, p, ft);

@@ -14,7 +14,6 @@
 #include "reference/dtype.hpp"
 
 using namespace flashtune;
-using kernels::attn::AttentionFamily;
 
 namespace {
 
@@ -107,9 +106,9 @@ TEST(AttnProblem, BuffersAndCountsFollowTheConventions) {
 
 TEST(AttnReference, SampledRowsAreAllRowsWhenSmallAndCoverBothEndsWhenLarge) {
   const auto small = problem({{"batch", 1}, {"heads_q", 2}, {"seq_q", 100}, {"head_dim", 64}});
-  EXPECT_TRUE(kernels::attn::reference_rows(small, 1e9).empty());
+  EXPECT_TRUE(kernels::attn::reference_rows(kernels::attn::Shape(small), 1e9).empty());
   const auto big = problem({{"batch", 1}, {"heads_q", 16}, {"seq_q", 16384}, {"head_dim", 128}});
-  const auto rows = kernels::attn::reference_rows(big, kernels::attn::kReferenceBudget);
+  const auto rows = kernels::attn::reference_rows(kernels::attn::Shape(big), kernels::attn::kReferenceBudget);
   ASSERT_GE(rows.size(), 16u);
   EXPECT_LT(rows.size(), 16384u);
   EXPECT_EQ(rows.front(), 0);
@@ -148,7 +147,7 @@ TEST(AttnReference, FamilyReferenceMarksTheRowsItChecked) {
   const auto p = problem({{"batch", 1}, {"heads_q", 64}, {"seq_q", 4096}, {"head_dim", 128}}, core::DType::bf16);
   // Only the shapes matter here: call the reference on small random inputs of the right size would be
   // costly, so check the mask bookkeeping on the sampled path through reference_rows.
-  const auto rows = kernels::attn::reference_rows(p, kernels::attn::kReferenceBudget);
+  const auto rows = kernels::attn::reference_rows(kernels::attn::Shape(p), kernels::attn::kReferenceBudget);
   ASSERT_FALSE(rows.empty());
   const auto q = problem({{"batch", 1}, {"heads_q", 2}, {"seq_q", 3000}, {"seq_k", 3000}, {"head_dim", 128}});
   std::vector<kernels::HostTensor> in, out;
@@ -160,7 +159,7 @@ TEST(AttnReference, FamilyReferenceMarksTheRowsItChecked) {
   }
   for (auto& t : in) reference::round_all(t.dtype, t.values);
   fwd().reference(q, in, out, kernels::RefPrecision::f64);
-  const bool sampled = !kernels::attn::reference_rows(q, kernels::attn::kReferenceBudget).empty();
+  const bool sampled = !kernels::attn::reference_rows(kernels::attn::Shape(q), kernels::attn::kReferenceBudget).empty();
   EXPECT_EQ(out[0].checked.empty(), !sampled);
   if (sampled) {
     ASSERT_EQ(out[0].checked.size(), out[0].values.size());

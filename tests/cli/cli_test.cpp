@@ -55,6 +55,8 @@ TEST(Cli, KernelsListsFamiliesAndRejectsUnknownOnes) {
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("weighted_row_sum"), std::string::npos);
   EXPECT_NE(r.out.find("softmax"), std::string::npos);
+  const auto fwd = flashtune("kernels attn_fwd");  // an operation lists its variants
+  EXPECT_NE(fwd.out.find("    sm90_wgmma (attn_fwd_sm90.cuh; f16 bf16)  90 = warpgroup wgmma"), std::string::npos) << fwd.out;
   const auto bad = flashtune("kernels nope");
   EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.out.find("unknown kernel family 'nope'"), std::string::npos);

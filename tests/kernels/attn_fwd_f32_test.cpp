@@ -56,6 +56,18 @@ core::Problem problem_of(const Shape& s) {
   return p;
 }
 
+// The fp32 kernel's descriptor functions on a config and problem as the runner holds them (their typed views
+// built here).
+std::optional<std::string> f32_can_run(const core::Config& c, const core::Problem& p, const core::DeviceLimits& d) {
+  return kernels::attn_f32::can_run(kernels::attn::Tiles(c), kernels::attn::Shape(p), d);
+}
+std::string f32_name_expression(const core::Config& c, const core::Problem& p) {
+  return kernels::attn_f32::name_expression(kernels::attn::Tiles(c), kernels::attn::Shape(p));
+}
+unsigned f32_smem_bytes(const core::Config& c, const core::Problem& p) {
+  return kernels::attn_f32::dynamic_smem_bytes(kernels::attn::Tiles(c), kernels::attn::Shape(p));
+}
+
 core::Config config_of(std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
   return core::Config{{{"block_m", bm}, {"block_n", bn}, {"num_warps", warps}, {"num_stages", stages}}};
 }
@@ -103,7 +115,7 @@ void expect_compiles_without_spills(const std::vector<CompileCase>& cases) {
     EXPECT_EQ(r.shared_static_bytes, 0) << what << ": all shared memory is dynamic";
   };
   for (const auto& c : cases) {
-    const std::string expr = kernels::attn_f32::name_expression(c.config, c.problem);
+    const std::string expr = f32_name_expression(c.config, c.problem);
     const std::string arch = c.arch;
     pending.push_back(std::async(std::launch::async, [expr, arch] {
       return std::make_pair(arch + " " + expr, compile(expr, arch));
@@ -127,19 +139,19 @@ TEST(AttnFwdF32Host, NameExpressionAndSharedMemoryMatchTheKernel) {
   Shape s;
   s.head_dim = 64, s.causal = true, s.window = 8, s.learned_sinks = true, s.seq_q = 100, s.seq_k = 100;
   const auto c = config_of(64, 32, 4, 2);
-  EXPECT_EQ(kernels::attn_f32::name_expression(c, problem_of(s)),
+  EXPECT_EQ(f32_name_expression(c, problem_of(s)),
             "attn_fwd_f32_kernel<64, 64, 32, 4, 2, false, true, true, true>");
   // Q 64 x 68 + 2 stages x (K, V) 32 x 68 + P 64 x 40 floats.
-  EXPECT_EQ(kernels::attn_f32::dynamic_smem_bytes(c, problem_of(s)), 4u * (64 * 68 + 4 * 32 * 68 + 64 * 40));
+  EXPECT_EQ(f32_smem_bytes(c, problem_of(s)), 4u * (64 * 68 + 4 * 32 * 68 + 64 * 40));
   s.tf32 = true, s.causal = false, s.window = 0, s.learned_sinks = false;
-  EXPECT_EQ(kernels::attn_f32::name_expression(c, problem_of(s)),
+  EXPECT_EQ(f32_name_expression(c, problem_of(s)),
             "attn_fwd_f32_kernel<64, 64, 32, 4, 2, true, false, false, false>");
-  EXPECT_EQ(kernels::attn_f32::dynamic_smem_bytes(c, problem_of(s)), 4u * (64 * 68 + 4 * 32 * 68));
+  EXPECT_EQ(f32_smem_bytes(c, problem_of(s)), 4u * (64 * 68 + 4 * 32 * 68));
   // The family routes f32 here: same name, same shared memory in its launch shape.
   const auto device = core::DeviceLimits::for_arch("sm_90a");
-  EXPECT_EQ(family().specialize(c, problem_of(s)).name_expression, kernels::attn_f32::name_expression(c, problem_of(s)));
+  EXPECT_EQ(family().specialize(c, problem_of(s)).name_expression, f32_name_expression(c, problem_of(s)));
   EXPECT_EQ(family().launch_shape(c, problem_of(s), device).dynamic_smem_bytes,
-            kernels::attn_f32::dynamic_smem_bytes(c, problem_of(s)));
+            f32_smem_bytes(c, problem_of(s)));
 }
 
 TEST(AttnFwdF32Host, CanRunGivesReasons) {
@@ -148,9 +160,9 @@ TEST(AttnFwdF32Host, CanRunGivesReasons) {
   for (bool tf32 : {false, true}) {
     s.tf32 = tf32;
     s.head_dim = 64;
-    EXPECT_EQ(kernels::attn_f32::can_run(config_of(64, 64, 4, 2), problem_of(s), h100), std::nullopt);
+    EXPECT_EQ(f32_can_run(config_of(64, 64, 4, 2), problem_of(s), h100), std::nullopt);
     auto why = [&](const core::Config& c, const core::DeviceLimits& d) {
-      const auto r = kernels::attn_f32::can_run(c, problem_of(s), d);
+      const auto r = f32_can_run(c, problem_of(s), d);
       return r ? *r : std::string("(runs)");
     };
     auto turing = h100;
@@ -181,13 +193,13 @@ TEST(AttnFwdF32Host, EveryHeadDimHasRunnableConfigs) {
         const auto p = problem_of(s);
         int runnable = 0;
         for (const auto& c : default_space()) {
-          const auto why = kernels::attn_f32::can_run(c, p, device);
+          const auto why = f32_can_run(c, p, device);
           if (why) {
             EXPECT_FALSE(why->empty());
             continue;
           }
           ++runnable;
-          EXPECT_LE(std::int64_t(kernels::attn_f32::dynamic_smem_bytes(c, p)), device.max_shared_per_block_optin);
+          EXPECT_LE(std::int64_t(f32_smem_bytes(c, p)), device.max_shared_per_block_optin);
         }
         EXPECT_GT(runnable, 0) << arch << " tf32=" << tf32 << " head_dim=" << hd;
       }
@@ -223,7 +235,7 @@ TEST(AttnFwdF32Compile, HeaviestRunnableConfigsDoNotSpill) {
         const auto p = problem_of(s);
         std::vector<std::pair<std::int64_t, core::Config>> runnable;
         for (const auto& c : default_space()) {
-          if (kernels::attn_f32::can_run(c, p, device)) continue;
+          if (f32_can_run(c, p, device)) continue;
           const std::int64_t rows = c.at("block_m") / c.at("num_warps"), bn = c.at("block_n");
           const std::int64_t footprint = rows * hd + (tf32 ? rows * bn : rows * bn * 5 / 4) +
                                          (tf32 && rows * hd <= 2048 ? rows * hd : 0);
@@ -382,7 +394,7 @@ TEST_P(AttnFwdF32Emulated, MatchesTheReference) {
   const Case& k = GetParam();
   const auto p = problem_of(k.shape);
   ASSERT_EQ(family().check_problem(p), std::nullopt);
-  ASSERT_EQ(kernels::attn_f32::can_run(k.config, p, core::DeviceLimits::for_arch("sm_90a")), std::nullopt);
+  ASSERT_EQ(f32_can_run(k.config, p, core::DeviceLimits::for_arch("sm_90a")), std::nullopt);
   const auto r = emulate(k.kernel, k.config, p, 1234);
   ASSERT_EQ(r.error, "");
   if (std::getenv("FT_VERBOSE"))
