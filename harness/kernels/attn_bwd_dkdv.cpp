@@ -51,8 +51,7 @@ class DkdvMma final : public GradVariant {
  private:
   // K and V tiles, then num_stages x (Q tile, dO tile, LSE and D of block_m rows).
   static std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) {
-    const std::int64_t d = s.head_dim, bm = c.block_m;
-    return 4 * c.block_n * d + c.num_stages * (4 * bm * d + 8 * bm);
+    return FtAttnSmem::dkdv_mma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages));
   }
   // Per warp tile of 16 keys: dK and dV accumulators (head_dim / 2 each), S^T and dP^T (block_m / 2 each),
   // P^T fragments (block_m / 4), plus addresses, loop and pipeline state.
@@ -89,7 +88,7 @@ class DkdvWgmma final : public GradVariant {
  private:
   // K and V tiles, the stages, and 1 KiB to align the tiles to the 1024-byte swizzle atoms wgmma reads.
   static std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) {
-    return 4 * c.block_n * s.head_dim + wgmma_stage_bytes(c, s) + 1024;
+    return FtAttnSmem::bwd_wgmma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), false);
   }
   // Per thread: dK and dV (head_dim / 2 each), S^T and dP^T (block_m / 2 each), the A fragments (block_m / 4),
   // ~24 others.

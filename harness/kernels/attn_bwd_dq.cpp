@@ -61,8 +61,7 @@ class DqMma final : public GradVariant {
  private:
   // Q and dO tiles, then num_stages x (K tile, V tile); dq_delta adds the O tile (D is summed from shared memory).
   std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) const {
-    const std::int64_t d = s.head_dim;
-    return 4 * c.block_m * d + c.num_stages * 4 * c.block_n * d + (m_o_tile ? 2 * c.block_m * d : 0);
+    return FtAttnSmem::dq_mma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), m_o_tile);
   }
   // Per warp tile of 16 rows: dQ accumulators (head_dim / 2), S and dP (block_n / 2 each), dS fragments
   // (block_n / 4), LSE and D, plus addresses and loop state.

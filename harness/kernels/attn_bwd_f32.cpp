@@ -3,6 +3,8 @@
 // estimate, the architecture), the name expression and the dynamic shared memory of one block.
 #include "harness/kernels/attn_bwd_f32.hpp"
 
+#include "kernel_templates/attn_params.cuh"
+
 #include <algorithm>
 
 namespace flashtune::kernels::attn_bwd_f32 {
@@ -18,15 +20,8 @@ std::string n(std::int64_t v) { return std::to_string(v); }
 // rows each), num_stages x (K, V: block_n rows each), FFMA also dS (block_m x (block_n + 8)). Must match
 // the pointer layout at the top of the kernels.
 std::int64_t smem_bytes(Stage stage, const attn::Tiles& c, const attn::Shape& s) {
-  const std::int64_t bm = c.block_m, bn = c.block_n, stages = c.num_stages;
-  const std::int64_t row = s.head_dim + 4;
-  const bool ffma = !s.tf32;
-  std::int64_t floats = 0;
-  if (stage == Stage::dkdv)
-    floats = 2 * bn * row + stages * (2 * bm * row + 2 * bm) + (ffma ? 2 * bn * (bm + 8) : 0);
-  else
-    floats = 2 * bm * row + stages * 2 * bn * row + (ffma ? bm * (bn + 8) : 0);
-  return 4 * floats;
+  const int hd = int(s.head_dim), bm = int(c.block_m), bn = int(c.block_n), stages = int(c.num_stages);
+  return stage == Stage::dkdv ? FtAttnSmem::dkdv_f32(hd, bm, bn, stages, s.tf32) : FtAttnSmem::dq_f32(hd, bm, bn, stages, s.tf32);
 }
 
 // What one lane keeps across a tile. FFMA (R = the warp's rows / 4 rows per lane): the head-dim

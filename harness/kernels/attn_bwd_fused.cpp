@@ -37,7 +37,7 @@ class FusedWgmma final : public GradVariant {
   // K and V tiles, the dS^T tile (block_n x block_m), the stages, and 1 KiB to align to the swizzle atoms (as the
   // wgmma dkdv).
   static std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) {
-    return 4 * c.block_n * s.head_dim + 2 * c.block_n * c.block_m + wgmma_stage_bytes(c, s) + 1024;
+    return FtAttnSmem::bwd_wgmma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), true);
   }
   // Per thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is larger;
   // dQ lives after S^T is spent), the A fragments (block_m / 4), ~28 others. The dQ piece has head_dim /

@@ -178,11 +178,6 @@ std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, con
   return std::nullopt;
 }
 
-std::int64_t wgmma_stage_bytes(const BwdConfig& c, const Shape& s) {
-  const std::int64_t bm = c.block_m, d = s.head_dim;
-  return c.num_stages * ((4 * bm * d + 8 * bm + 1023) / 1024 * 1024);
-}
-
 double visible_pair_flops(const Shape& s, double per_dim) {
   return per_dim * double(s.head_dim) * reference::attention_visible_pairs(s);
 }

@@ -74,8 +74,6 @@ std::string wgmma_name(const std::string& kernel, const BwdConfig& c, const Shap
 /// on device d, given its shared memory [bytes] and register estimate; nullopt when it can run.
 std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
                                          std::int64_t smem, std::int64_t regs);
-/// [bytes] the wgmma loop's num_stages (Q, dO tiles, LSE, D of block_m rows), each rounded up to 1 KiB.
-std::int64_t wgmma_stage_bytes(const BwdConfig& c, const Shape& s);
 
 /// [FLOP] `per_dim` * head_dim per visible (query, key) pair per query head.
 double visible_pair_flops(const Shape& s, double per_dim);

@@ -24,7 +24,7 @@ LaunchShape fwd_launch(const FwdConfig& c, const Shape& s, std::int64_t smem) {
 }
 
 std::int64_t fwd_tile_bytes(const FwdConfig& c, const Shape& s) {
-  return (c.block_m + 2 * c.num_stages * c.block_n) * s.head_dim * std::int64_t(core::dtype_size(s.dtype));
+  return FtAttnSmem::fwd_mma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages));  // 16-bit tiles
 }
 
 namespace {

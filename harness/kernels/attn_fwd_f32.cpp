@@ -14,11 +14,7 @@ using attn::bool_arg;
 // [bytes] Q tile + num_stages (K, V) tiles, rows padded to head_dim + 4 floats; FFMA adds the P tile
 // (block_m x (block_n + 8) floats). Must match the pointer layout at the top of attn_fwd_f32_kernel.
 unsigned dynamic_smem_bytes(const attn::Tiles& c, const attn::Shape& s) {
-  const std::int64_t bm = c.block_m, bn = c.block_n, stages = c.num_stages;
-  const std::int64_t stride = s.head_dim + 4;
-  std::int64_t floats = bm * stride + 2 * stages * bn * stride;
-  if (!s.tf32) floats += bm * (bn + 8);
-  return unsigned(floats * 4);
+  return unsigned(FtAttnSmem::fwd_f32(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), s.tf32));
 }
 
 // Registers per thread, estimated from what one lane keeps across a K/V tile: the O accumulators

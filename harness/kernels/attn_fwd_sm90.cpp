@@ -110,7 +110,9 @@ class FwdWgmma final : public FwdVariant {
 
  private:
   // The tiles of the mma.sync kernel, plus 1 KiB to align them to the 1024-byte swizzle atoms wgmma reads.
-  static std::int64_t smem_bytes(const FwdConfig& c, const Shape& s) { return fwd_tile_bytes(c, s) + 1024; }
+  static std::int64_t smem_bytes(const FwdConfig& c, const Shape& s) {
+    return FtAttnSmem::fwd_wgmma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages));
+  }
 };
 
 }  // namespace
