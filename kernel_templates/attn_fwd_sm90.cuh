@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     kSlabK = kBlockN * 128,             // bytes between 64-column slabs of a K or V tile
   };
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const float kNegInf = __int_as_float(0xff800000);
 
   extern __shared__ unsigned char ft_smem_sm90[];
   const unsigned smem_q = (ft_smem_u32(ft_smem_sm90) + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
@@ -62,8 +61,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   const int m0 = m_block * kRowsPerHead;  // the block's queries [m0, m1), the same for each of its heads
   const int m1 = min(m0 + kRowsPerHead, p.seq_q);
   // Block row lr: query head and query row.
-  auto head_of = [](int lr) { return int(unsigned(lr) / kRowsPerHead); };  // lr >= 0: unsigned shifts and masks
-  auto query_of = [&](int lr) { return m0 + int(unsigned(lr) % kRowsPerHead); };
+  const FtPackedRows<kRowsPerHead> packed{m0, h0};  // block row -> query, head
 
   const T* k_head = p.k + b * p.k_sb + h_kv * p.k_sh;
   const T* v_head = p.v + b * p.v_sb + h_kv * p.v_sh;
@@ -83,8 +81,8 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   } else {
     const T* q_b = p.q + b * p.q_sb;
     ft_load_rows_sw128<kBlockM, kHeadDim, kThreads, T>(smem_q, [&](int r) -> const T* {
-      const int row = query_of(r);
-      return row < p.seq_q ? q_b + (h0 + head_of(r)) * p.q_sh + row * p.q_ss : nullptr;
+      const int row = packed.query(r);
+      return row < p.seq_q ? q_b + packed.head(r) * p.q_sh + row * p.q_ss : nullptr;
     });
   }
 #pragma unroll
@@ -94,52 +92,28 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
   }
 
   // This thread's rows: block rows lr0 = g and lr0 + 8 of its warp's 16 inside the warpgroup's 64, i.e.
-  // queries query_of(lr0 + 8 r) of heads h0 + head_of(lr0 + 8 r).
+  // queries packed.query(lr0 + 8 r) of heads packed.head(lr0 + 8 r).
   const int lr0 = wg * 64 + (warp % 4) * 16 + g;
   float acc[kHeadDim / 2];
-#pragma unroll
-  for (int i = 0; i < kHeadDim / 2; ++i) acc[i] = 0.f;
+  ft_zero(acc);
   FtOnlineRow rows[2];
   float sink_log2[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sink_log2[r] = kLearnedSinks ? p.sinks[h0 + head_of(lr0 + 8 * r)] * 1.4426950408889634f : kNegInf;
-    rows[r].init(sink_log2[r]);
-  }
+  ft_online_rows_init<kLearnedSinks>(rows, sink_log2, [&](int r) { return p.sinks[packed.head(lr0 + 8 * r)]; });
   const unsigned q_wg = smem_q + unsigned(wg * 64 * 128);  // this warpgroup's 64 rows in every Q slab
 
   // S_i = Q K_i^T into s (issued, not waited for).
-  auto issue_qk = [&](float* s, unsigned smem_k) {
-    ft_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
-      const unsigned long long da = ft_wgmma_desc(q_wg + unsigned((ks / 4) * kBlockM * 128) + kofs, 16, 1024);
-      const unsigned long long db = ft_wgmma_desc(smem_k + unsigned((ks / 4) * kSlabK) + kofs, 16, 1024);
-      FtWgmma<T, kBlockN>::template ss<0>(s, da, db, ks > 0);
-    }
-    ft_wgmma_commit();
-  };
+  auto issue_qk = [&](float* s, unsigned smem_k) { ft_wgmma_rows_by_rows<T, kBlockN, kKSteps>(s, q_wg, kBlockM * 128, smem_k, kSlabK); };
   // O += P V_i (issued, not waited for): V (kBlockN keys x kHeadDim) read N-major.
   auto issue_pv = [&](const unsigned (*pf)[4], unsigned smem_v) { ft_wgmma_regs_by_tile<T, kHeadDim, kPSteps>(acc, pf, smem_v, kSlabK); };
   // Mask (boundary tiles only) and the online softmax of S_i (ft_softmax_tile): s becomes P (unnormalized, in
   // place); alpha[r] is returned for the caller to apply to acc once no P V that reads acc is in flight.
   auto softmax = [&](float* s, int n0, float* alpha) {
     const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);
-    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
-      constexpr bool kMasked = decltype(masked)::value;
-      ft_softmax_tile<false, kMasked>(
-          *reinterpret_cast<float(*)[kNTiles][4]>(s), rows, p.scale_log2,
-          [&](int r, int key) { return mask.visible(query_of(lr0 + 8 * r), n0 + key); }, FtNoRounding{},
-          *reinterpret_cast<float(*)[2]>(alpha));
-    });
+    ft_softmax_tile_if<false>(need_mask, *reinterpret_cast<float(*)[kNTiles][4]>(s),
+                              rows, p.scale_log2, [&](int r, int key) { return mask.visible(packed.query(lr0 + 8 * r), n0 + key); },
+                              FtNoRounding{}, *reinterpret_cast<float(*)[2]>(alpha));
   };
-  auto rescale = [&](const float* alpha) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int dt = 0; dt < kHeadDim / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
-  };
+  auto rescale = [&](const float* alpha) { ft_rescale_rows<kHeadDim>(acc, *reinterpret_cast<const float(*)[2]>(alpha)); };
   // P as the A operand of P V (the m16n8k16 A fragment layout, which the S accumulators already have).
   auto pack_p = [&](const float* s, unsigned (*pf)[4]) {
     ft_pack_a_tile<T, kNTiles>(*reinterpret_cast<unsigned(*)[kPSteps][4]>(pf), *reinterpret_cast<const float(*)[kNTiles][4]>(s));
@@ -217,7 +191,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     float lse;
     const float inv = rows[r].template finish<false, kLearnedSinks>(warp_sum<4>(rows[r].sum), sink_log2[r], lse);
     const int lr = lr0 + 8 * r;  // row inside the block
-    const int row = query_of(lr), h = h0 + head_of(lr);
+    const int row = packed.query(lr), h = packed.head(lr);
     if (kEpilogue == 2) {
 #pragma unroll
       for (int dt = 0; dt < kHeadDim / 8; ++dt) {
@@ -227,13 +201,7 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
     }
     if (row < p.seq_q) {
       T* o_row = p.o + b * p.o_sb + h * p.o_sh + row * p.o_ss;
-      if (kEpilogue == 1) {
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-          const unsigned packed = FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv, acc[dt * 4 + 2 * r + 1] * inv);
-          *reinterpret_cast<unsigned*>(o_row + dt * 8 + 2 * t4) = packed;
-        }
-      }
+      if (kEpilogue == 1) ft_store_acc_row<T, kHeadDim>(o_row, acc, r, inv);
       if (t4 == 0)
         p.lse[(static_cast<long long>(b) * p.heads_q + h) * p.seq_q + row] = lse;
     }
@@ -243,9 +211,9 @@ __global__ void __launch_bounds__(kWarpgroups * 128, kMinBlocks)
 #pragma unroll
     for (int idx = threadIdx.x; idx < kBlockM * kChunks; idx += kThreads) {
       const int lr = idx / kChunks, c = idx % kChunks;
-      const int row = query_of(lr);
+      const int row = packed.query(lr);
       if (row < p.seq_q)
-        *reinterpret_cast<uint4*>(p.o + b * p.o_sb + (h0 + head_of(lr)) * p.o_sh + row * p.o_ss + c * 8) =
+        *reinterpret_cast<uint4*>(p.o + b * p.o_sb + packed.head(lr) * p.o_sh + row * p.o_ss + c * 8) =
             *reinterpret_cast<const uint4*>(o_stage + lr * kRowBytes + ((c ^ (lr % 8)) * 16));
     }
   }

@@ -9,6 +9,8 @@
 // LSE, D (batch, heads_q, seq_q) contiguous fp32, LSE in natural log; sinks, dsinks (heads_q) fp32.
 #pragma once
 
+#include "ft/tensor_map.cuh"
+
 // Attention forward: O, LSE from Q, K, V (and the learned sink logits).
 template <typename T>
 struct FtAttnFwdParams {
@@ -26,6 +28,17 @@ struct FtAttnFwdParams {
   int window;          // keys a query sees back from the causal edge (kernels built with kWindow)
   int sink_tokens;     // leading keys every query sees under a window
   float scale_log2;    // softmax scale * log2(e)
+};
+
+// The TMA forward (attn_fwd_tma_kernel, attn_fwd_sm90_tma.cuh): the forward's members, then tensor maps of Q,
+// K, V and O, each 4-D (head_dim, seq, heads, batch; innermost first) over the 16-bit tensor with the 128-byte
+// swizzle, boxes of 64 columns: Q (64, block_m / pack_heads, pack_heads, 1), K and V (64, block_n, 1, 1), O (64,
+// min(64, block_m / pack_heads), 64 / that, 1): one warpgroup's rows. The host encodes them per launch
+// (ParamsArg::map) with the buffers' addresses.
+template <typename T>
+struct FtAttnFwdTmaParams {
+  FtAttnFwdParams<T> a;
+  FtTensorMap q_map, k_map, v_map, o_map;
 };
 
 // Attention backward, every stage (preprocess D = rowsum(dO * O), dK / dV, dQ, dQ with D inline, the fused
@@ -99,6 +112,14 @@ struct FtAttnSmem {
   static constexpr FT_HOST_DEVICE long long fwd_wgmma(int hd, int bm, int bn, int stages) {
     return fwd_mma(hd, bm, bn, stages) + 1024;
   }
+  // attn_fwd_tma_kernel: from the first 1024-byte boundary the Q tile, `stages` (K tile, V tile) pairs, then
+  // the mbarriers (8 bytes each): Q full, and per stage K full, V full, K empty, V empty.
+  static constexpr FT_HOST_DEVICE long long fwd_tma_barriers(int hd, int bm, int bn, int stages) {
+    return fwd_mma(hd, bm, bn, stages);  // offset from the aligned start
+  }
+  static constexpr FT_HOST_DEVICE long long fwd_tma(int hd, int bm, int bn, int stages) {
+    return 1024 + fwd_tma_barriers(hd, bm, bn, stages) + 8LL * (1 + 4 * stages);
+  }
   // attn_bwd_dkdv_kernel: the K and V tiles (bn rows), then `stages` x (Q, dO tiles, LSE, D of bm rows).
   static constexpr FT_HOST_DEVICE long long dkdv_stage(int hd, int bm) { return 4LL * bm * hd + 8LL * bm; }
   static constexpr FT_HOST_DEVICE long long dkdv_mma(int hd, int bm, int bn, int stages) {
@@ -133,6 +154,7 @@ struct FtAttnSmem {
 
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, then 4 maps");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");

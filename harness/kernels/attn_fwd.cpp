@@ -42,8 +42,10 @@ class FwdMma final : public FwdVariant {
     if (bn % 16 != 0) return "block_n must be a multiple of 16";
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     if (c.mma_pipe != 1) return "mma_pipe " + std::to_string(c.mma_pipe) + " is a wgmma (mma 90) option; mma 80 takes 1";
-    if (c.min_blocks != 1 || c.epilogue != 1 || c.pack_heads != 1)
-      return "min_blocks, epilogue and pack_heads are wgmma (mma 90) options; mma 80 takes 1";
+    if (c.min_blocks != 1 || c.epilogue != 1 || c.pack_heads != 1 || c.mma_sched != 1 || c.exp_poly != 1 ||
+        c.rescale != 1)
+      return "min_blocks, epilogue, pack_heads, mma_sched, exp_poly and rescale are wgmma (mma 90 / 91) options; mma 80 "
+             "takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = fwd_tile_bytes(c, s);
     if (smem > d.max_shared_per_block_optin)
@@ -83,6 +85,7 @@ class AttnFwd final : public attn::AttentionOperation<attn::FwdConfig> {
   AttnFwd() : AttentionOperation(Selector{"mma", &attn::FwdConfig::mma, "fp16/bf16 tensor-core instructions: "}) {
     add_variant(attn::make_fwd_mma_variant());
     add_variant(attn::make_fwd_wgmma_variant());
+    add_variant(attn::make_fwd_tma_variant());
     add_variant(attn::make_fwd_f32_variant());
   }
 
@@ -94,8 +97,11 @@ class AttnFwd final : public attn::AttentionOperation<attn::FwdConfig> {
            "fp16, bf16 on tensor cores, fp32 exact or TF32";
   }
 
-  std::vector<KernelArg> arguments(const core::Config&, const core::Problem& p) const override {
-    return {attn::fwd_params(attn::Shape(p))};
+  // The forward's parameter struct, which a variant may extend (the TMA kernel's tensor maps).
+  std::vector<KernelArg> arguments(const core::Config& config, const core::Problem& p) const override {
+    const attn::FwdConfig c(config);
+    const attn::Shape s(p);
+    return variant_for(c, s).arguments(c, s, {attn::fwd_params(s)});
   }
 
  protected:

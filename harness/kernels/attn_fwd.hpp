@@ -1,6 +1,7 @@
 // harness/kernels/attn_fwd.hpp: the variants of the attention forward operation (attn_fwd.cpp): the type they
 // implement, what they share (the grid, the tile footprint) and their factories, one per kernel:
-// mma.sync (attn_fwd.cpp), Hopper wgmma (attn_fwd_sm90.cpp), fp32 exact or TF32 (attn_fwd_f32.cpp).
+// mma.sync (attn_fwd.cpp), Hopper wgmma (attn_fwd_sm90.cpp), Hopper TMA + warp specialization
+// (attn_fwd_sm90_tma.cpp), fp32 exact or TF32 (attn_fwd_f32.cpp).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@ std::int64_t fwd_tile_bytes(const FwdConfig& c, const Shape& s);
 
 std::unique_ptr<FwdVariant> make_fwd_mma_variant();    ///< mma 80: mma.sync m16n8k16 (sm_80+), attn_fwd.cuh
 std::unique_ptr<FwdVariant> make_fwd_wgmma_variant();  ///< mma 90: warpgroup wgmma (sm_90a), attn_fwd_sm90.cuh
+std::unique_ptr<FwdVariant> make_fwd_tma_variant();    ///< mma 91: TMA, warp-specialized wgmma (sm_90a), attn_fwd_sm90_tma.cuh
 std::unique_ptr<FwdVariant> make_fwd_f32_variant();    ///< fp32 problems: FFMA or TF32 mma.sync, attn_fwd_f32.cuh
 
 }  // namespace flashtune::kernels::attn

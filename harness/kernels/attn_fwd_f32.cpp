@@ -73,10 +73,11 @@ class FwdF32 final : public FwdVariant {
   FwdF32() : FwdVariant({"f32", "attn_fwd_f32.cuh", {core::DType::f32}, 80, "", {}, {}}) {}
 
   std::optional<std::string> can_run(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
-    if (c.mma == 80 && c.mma_pipe == 1 && c.min_blocks == 1 && c.epilogue == 1 && c.pack_heads == 1)
+    if (c.mma == 80 && c.mma_pipe == 1 && c.min_blocks == 1 && c.epilogue == 1 && c.pack_heads == 1 && c.mma_sched == 1 &&
+        c.exp_poly == 1 && c.rescale == 1)
       return attn_f32::can_run(c, s, d);
-    return "mma 90 / mma_pipe 2 / min_blocks > 1 / epilogue 2 / pack_heads > 1 (wgmma) are fp16/bf16 options; fp32 uses "
-           "mma 80, mma_pipe 1, min_blocks 1, epilogue 1, pack_heads 1";
+    return "mma 90 / 91, mma_pipe 2, min_blocks > 1, epilogue 2, pack_heads > 1, mma_sched 2, exp_poly > 1, rescale 2 (wgmma) are "
+           "fp16/bf16 options; fp32 uses mma 80 and 1 for each of them";
   }
   std::string name_expression(const FwdConfig& c, const Shape& s) const override {
     return attn_f32::name_expression(c, s);

@@ -40,8 +40,8 @@ VariantInfo wgmma_info() {
       // variants keep this one's tunables at 1.
       {"mma != 90 || (block_m == 16 * num_warps && num_warps % 4 == 0 && (block_n == 16 || block_n == 32 || "
        "block_n == 64 || block_n == 128) && head_dim % 64 == 0)",
-       "mma_pipe == 1 || (mma == 90 && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90",
-       "epilogue == 1 || mma == 90", "pack_heads == 1 || mma == 90", "block_m % pack_heads == 0"},
+       "mma_pipe == 1 || ((mma == 90 || mma == 91) && mma_pipe == 2 && num_stages >= 2)", "min_blocks == 1 || mma == 90 || mma == 91",
+       "epilogue == 1 || mma == 90 || mma == 91", "pack_heads == 1 || mma == 90 || mma == 91", "block_m % pack_heads == 0"},
   };
 }
 
@@ -63,6 +63,8 @@ class FwdWgmma final : public FwdVariant {
     if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
     if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
     const std::int64_t pack = c.pack_heads, group = s.group();
+    if (c.mma_sched != 1 || c.exp_poly != 1 || c.rescale != 1)
+      return "mma_sched, exp_poly and rescale are TMA kernel (mma 91) options; mma 90 takes 1";
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
              std::to_string(group) + ")";

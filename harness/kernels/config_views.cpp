@@ -15,7 +15,10 @@ FwdConfig::FwdConfig(const core::Config& c)
       mma_pipe(c.get("mma_pipe", 1)),
       min_blocks(c.get("min_blocks", 1)),
       epilogue(c.get("epilogue", 1)),
-      pack_heads(c.get("pack_heads", 1)) {}
+      pack_heads(c.get("pack_heads", 1)),
+      mma_sched(c.get("mma_sched", 1)),
+      exp_poly(c.get("exp_poly", 1)),
+      rescale(c.get("rescale", 1)) {}
 
 BwdConfig::BwdConfig(const core::Config& c)
     : Tiles(c),

@@ -62,8 +62,19 @@ struct ParamsArg {
     std::size_t offset = 0;  ///< [bytes] of the pointer member in the struct
     int buffer = 0;          ///< index into buffers()
   };
+  /// A TMA tensor map member (FtTensorMap, kernel_templates/ft/tensor_map.cuh: 128 bytes, 64-aligned) encoded at
+  /// launch over a 16-bit buffer, with the 128-byte swizzle (harness/cuda/tensor_map.hpp).
+  struct TensorMap {
+    std::size_t offset = 0;               ///< [bytes] of the member in the struct
+    int buffer = 0;                       ///< index into buffers(): the tensor's base
+    core::DType dtype = core::DType::bf16;
+    std::vector<std::uint64_t> dims;      ///< [elements] innermost first
+    std::vector<std::uint64_t> strides;   ///< [bytes] of dimensions 1..rank-1
+    std::vector<std::uint32_t> box;       ///< [elements] one copy moves per dimension
+  };
   std::vector<unsigned char> bytes;
   std::vector<Pointer> pointers;
+  std::vector<TensorMap> maps;
 
   /// The bytes of `params` (a plain struct of pointers and numbers), no pointer bound yet.
   template <typename P>
@@ -77,6 +88,17 @@ struct ParamsArg {
   /// The pointer member at `offset` (offsetof) takes buffer `index`'s device address.
   ParamsArg& bind(std::size_t offset, int index) {
     pointers.push_back({offset, index});
+    return *this;
+  }
+  /// The struct grown to `size` bytes (a larger struct whose first member is the one these bytes are), zeros after.
+  ParamsArg& grow(std::size_t size) {
+    if (size < bytes.size()) throw std::out_of_range("ParamsArg::grow to fewer bytes");
+    bytes.resize(size, 0);
+    return *this;
+  }
+  /// The tensor map member at `offset` is encoded at launch as `map` says, over its buffer's device address.
+  ParamsArg& map(TensorMap m) {
+    maps.push_back(std::move(m));
     return *this;
   }
   /// Overwrites the member at `offset` (offsetof) with `value` (a number of the member's type).
@@ -96,8 +118,9 @@ struct PackedArgs {
   std::vector<std::vector<std::uint64_t>> values;  ///< one 8-byte-aligned block per argument
   std::vector<void*> pointers;
 };
-/// Packs `args` with `buffers` (device address per buffer, in buffers() order); throws core::Error when an
-/// argument names a buffer that is not there or a pointer member outside its struct.
+/// Packs `args` with `buffers` (device address per buffer, in buffers() order), encoding each ParamsArg's tensor
+/// maps through the driver; throws core::Error when an argument names a buffer that is not there or a member
+/// outside its struct (or a misaligned tensor map), cuda::CudaError when the driver refuses a tensor map.
 PackedArgs pack_kernel_args(const std::vector<KernelArg>& args, const std::vector<std::uint64_t>& buffers);
 
 // How a config becomes a compiled kernel: a C++ name expression instantiated through

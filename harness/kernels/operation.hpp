@@ -66,6 +66,11 @@ class Variant {
   virtual std::string name_expression(const Tunables& c, const Shape& s) const = 0;
   virtual std::vector<std::string> defines(const Tunables&, const Shape&) const { return {}; }
   virtual LaunchShape launch_shape(const Tunables& c, const Shape& s, const core::DeviceLimits& d) const = 0;
+  /// The kernel's arguments, given the operation's (`shared`: what every variant of it takes); a variant whose kernel
+  /// takes more (a larger parameter struct: the TMA forward's tensor maps) extends them. Default: `shared` itself.
+  virtual std::vector<KernelArg> arguments(const Tunables&, const Shape&, std::vector<KernelArg> shared) const {
+    return shared;
+  }
 
  private:
   VariantInfo m_info;

@@ -1,9 +1,10 @@
 // harness/kernels/registry.cpp: the list of built-in kernel families and lookup by name; the defaults of
-// KernelFamily's optional hooks and the packing of kernel arguments for cuLaunchKernel.
+// KernelFamily's optional hooks and the packing of kernel arguments for cuLaunchKernel (tensor maps encoded there).
 #include <cstring>
 #include <type_traits>
 #include <variant>
 
+#include "harness/cuda/tensor_map.hpp"
 #include "harness/kernels/builtin.hpp"
 
 namespace flashtune::kernels {
@@ -57,6 +58,18 @@ PackedArgs pack_kernel_args(const std::vector<KernelArg>& args, const std::vecto
                                   std::to_string(v.bytes.size()));
               const std::uint64_t a = address(ptr.buffer);
               std::memcpy(reinterpret_cast<unsigned char*>(block.data()) + ptr.offset, &a, sizeof a);
+            }
+            for (const auto& m : v.maps) {
+              if (m.offset % 64 != 0 || m.offset + sizeof(CUtensorMap) > v.bytes.size())
+                throw core::Error("parameter struct tensor map at byte " + std::to_string(m.offset) + " of " +
+                                  std::to_string(v.bytes.size()) + " (128 bytes, 64-byte aligned)");
+              if (m.dtype == core::DType::f32) throw core::Error("tensor map over an fp32 buffer: 16-bit tensors only");
+              cuda::TensorMapSpec spec;
+              spec.base = address(m.buffer);
+              spec.dtype = m.dtype == core::DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+              spec.dims = m.dims, spec.strides = m.strides, spec.box = m.box;
+              const CUtensorMap encoded = cuda::encode_tensor_map(spec);
+              std::memcpy(reinterpret_cast<unsigned char*>(block.data()) + m.offset, &encoded, sizeof encoded);
             }
             out.values.push_back(std::move(block));
           } else {

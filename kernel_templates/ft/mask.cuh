@@ -38,6 +38,15 @@ __device__ __forceinline__ void ft_if_masked(bool masked, Body&& body) {
     body(FtBool<false>{});
 }
 
+// The rows of a block that packs query heads of one GQA group (the wgmma forwards' pack_heads): block row lr is query
+// m0 + lr % kRowsPerHead of head h0 + lr / kRowsPerHead (lr >= 0: unsigned shifts and masks).
+template <int kRowsPerHead>
+struct FtPackedRows {
+  int m0, h0;
+  __device__ __forceinline__ int query(int lr) const { return m0 + int(unsigned(lr) % kRowsPerHead); }
+  __device__ __forceinline__ int head(int lr) const { return h0 + int(unsigned(lr) / kRowsPerHead); }
+};
+
 // The key tiles that query rows [m0, m1) can see, in visiting order: first the tiles holding sink tokens
 // (window only), then the band from the first tile the window reaches to the last the causal edge
 // reaches. Tile t of count() starts at key tile(t) * block_n.

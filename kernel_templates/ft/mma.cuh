@@ -144,6 +144,11 @@ __device__ __forceinline__ void ft_pack_a(unsigned (&f)[kMT][kNT / 2][4], const 
   for (int mt = 0; mt < kMT; ++mt) ft_pack_a_tile<T>(f[mt], s[mt]);
 }
 
+template <int kN>
+__device__ __forceinline__ void ft_zero(float (&acc)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc[i] = 0.f;
+}
 template <int kMT, int kDT>
 __device__ __forceinline__ void ft_zero(float (&acc)[kMT][kDT][4]) {
 #pragma unroll
@@ -176,6 +181,16 @@ __device__ __forceinline__ void ft_store_rows(T* base, long long row_stride, int
                                               const float (&acc)[kMT][kDT][4], float mul, int row_begin = 0) {
   ft_store_rows_at<T>([&](int row) -> T* { return row >= rows || row < row_begin ? nullptr : base + row * row_stride; },
                       first_row, acc, mul);
+}
+
+// One row of a thread's accumulator tile (flat: element 4 dt + 2 r + e holds column 8 dt + 2 t4 + e of row g + 8 r;
+// r = 0 or 1) times `mul`, rounded to T, stored at dst (the row's first element): kCols columns in 4-byte stores.
+template <typename T, int kCols>
+__device__ __forceinline__ void ft_store_acc_row(T* dst, const float* acc, int r, float mul) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int dt = 0; dt < kCols / 8; ++dt)
+    *reinterpret_cast<unsigned*>(dst + dt * 8 + 2 * t4) = FtMma<T>::pack(acc[dt * 4 + 2 * r] * mul, acc[dt * 4 + 2 * r + 1] * mul);
 }
 
 // Accumulator rows below `rows` as fp32, unscaled, at base + row * kDT * 8 (a dense workspace).

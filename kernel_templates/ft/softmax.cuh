@@ -9,6 +9,7 @@
 // kExact: exp2f and a natural-log LSE (the fp32 kernels, held to the fp32 reference); else ex2.approx.
 #pragma once
 
+#include "ft/mask.cuh"
 #include "ft/math.cuh"
 #include "ft/warp.cuh"
 
@@ -51,8 +52,15 @@ struct FtOnlineRow {
   /// Moves the max to include a key tile whose largest score is `tile_max` (log2 units, over all lanes of the
   /// row; -inf when none is visible). Returns the base to subtract from the tile's scores; alpha = exp2(old max
   /// - base) rescales the sum (done here when the caller passes the tile's sum to add) and the output.
-  template <bool kExact>
+  /// kLazy (FA4's lazy rescale): the max moves only when the tile's exceeds it by more than 8 (a factor 256);
+  /// otherwise the old max stays the base (alpha = 1: the caller may skip the rescale), so the tile's
+  /// probabilities may reach 2^8, well inside fp16 / bf16 and the fp32 sums. The LSE and O use the max it keeps.
+  template <bool kExact, bool kLazy = false>
   __device__ __forceinline__ float advance(float tile_max, float& alpha) {
+    if (kLazy && tile_max - max <= 8.f) {  // false while the row is empty (max = -inf) or the tile is (NaN)
+      alpha = 1.f;
+      return max;
+    }
     const float m_new = fmaxf(max, tile_max);
     const float base = m_new == -__int_as_float(0x7f800000) ? 0.f : m_new;  // exp2(-inf - 0) = 0, not NaN
     alpha = ft_exp2_as<kExact>(max - base);  // 0 while the row was empty
@@ -74,13 +82,26 @@ struct FtOnlineRow {
   }
 };
 
+// A thread's two rows (r = 0: g, 1: g + 8) before any key: sink_log2[r] = the learned sink logit sink_of(r) * log2 e
+// (kLearnedSinks), else -inf, starts each row's max (FtOnlineRow::init) and is kept for FtOnlineRow::finish.
+template <bool kLearnedSinks, typename SinkOf>
+__device__ __forceinline__ void ft_online_rows_init(FtOnlineRow (&rows)[2], float (&sink_log2)[2], SinkOf sink_of) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sink_log2[r] = kLearnedSinks ? sink_of(r) * 1.4426950408889634f : -__int_as_float(0x7f800000);
+    rows[r].init(sink_log2[r]);
+  }
+}
+
 // One key tile of the streaming softmax on a 16-row accumulator tile in the mma.sync / wgmma / TF32 layout
 // (ft/mma.cuh: element 2 r + e of 8-column tile nt is row g + 8 r, key 8 nt + 2 t4 + e of the tile; the quad's
 // 4 lanes share a row). s holds the raw scores Q.K in, the unnormalized P = exp2(score - base) out (0 where not
 // visible); rows[r] advances; alpha[r] is left for the caller to scale the output rows with. kMasked:
 // visible(r, key) says whether row r sees key `key` of the tile (boundary tiles only, ft_if_masked). round_p
 // rounds each probability before the sum adds it (TF32: the sum is then of the values the tensor cores use).
-template <bool kExact, bool kMasked, int kNT, typename Visible, typename RoundP>
+// kPoly >= 2: in interior tiles (no -inf), 8-key tile nt with nt % kPoly == kPoly - 1 takes its exponentials on the
+// FMA pipe (ft_exp2_poly), the others on the SFU; 1: all on the SFU. kLazy: FtOnlineRow::advance's lazy rescale.
+template <bool kExact, bool kMasked, int kPoly = 1, bool kLazy = false, int kNT, typename Visible, typename RoundP>
 __device__ __forceinline__ void ft_softmax_tile(float (&s)[kNT][4], FtOnlineRow (&rows)[2], float scale_log2,
                                                 Visible visible, RoundP round_p, float (&alpha)[2]) {
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -97,18 +118,40 @@ __device__ __forceinline__ void ft_softmax_tile(float (&s)[kNT][4], FtOnlineRow 
         mx = fmaxf(mx, x);
       }
     mx = warp_max<4>(mx);
-    const float base = rows[r].template advance<kExact>(mx * scale_log2, alpha[r]);
+    const float base = rows[r].template advance<kExact, kLazy>(mx * scale_log2, alpha[r]);
     float sum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& x = s[nt][2 * r + e];
-        x = round_p(ft_exp2_as<kExact>(fmaf(x, scale_log2, -base)));
+        const float arg = fmaf(x, scale_log2, -base);
+        if (!kExact && !kMasked && kPoly >= 2 && nt % kPoly == kPoly - 1)  // constant once unrolled
+          x = round_p(ft_exp2_poly(arg));
+        else
+          x = round_p(ft_exp2_as<kExact>(arg));
         sum += x;
       }
     rows[r].sum = rows[r].sum * alpha[r] + sum;
   }
+}
+// ft_softmax_tile with the element-wise mask only where `masked` (a boundary tile; ft/mask.cuh ft_if_masked):
+// two copies, interior tiles skip visible().
+template <bool kExact, int kPoly = 1, bool kLazy = false, int kNT, typename Visible, typename RoundP>
+__device__ __forceinline__ void ft_softmax_tile_if(bool masked, float (&s)[kNT][4], FtOnlineRow (&rows)[2],
+                                                   float scale_log2, Visible visible, RoundP round_p, float (&alpha)[2]) {
+  ft_if_masked(masked, [&](auto m) {
+    ft_softmax_tile<kExact, decltype(m)::value, kPoly, kLazy>(s, rows, scale_log2, visible, round_p, alpha);
+  });
+}
+// The output's rows times the alphas of a softmax step: acc holds kCols columns of rows g (r = 0) and g + 8
+// (r = 1) in the accumulator layout (element 4 dt + 2 r + e; ft/mma.cuh, ft/wgmma.cuh).
+template <int kCols>
+__device__ __forceinline__ void ft_rescale_rows(float* acc, const float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int dt = 0; dt < kCols / 8; ++dt) acc[dt * 4 + 2 * r] *= alpha[r], acc[dt * 4 + 2 * r + 1] *= alpha[r];
 }
 /// ft_softmax_tile's round_p for 16-bit and exact kernels: none (P V rounds P to T itself).
 struct FtNoRounding {

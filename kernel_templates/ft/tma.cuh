@@ -4,11 +4,7 @@
 // between them (setmaxnreg). Addresses of shared memory are 32-bit shared-window addresses (ft_smem_u32).
 #pragma once
 
-// A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte aligned, passed by value (__grid_constant__,
-// or as a member of one) so that its generic address is the parameter's.
-struct alignas(64) FtTensorMap {
-  unsigned long long opaque[16];
-};
+#include "ft/tensor_map.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // mbarrier: a 64-bit barrier in shared memory that completes a phase when `count` arrivals have happened and
@@ -52,6 +48,22 @@ __device__ __forceinline__ void ft_tma_load_4d(unsigned dst, const FtTensorMap& 
           dst),
       "l"(&map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
+}
+
+// TMA store: the box of `map` at (c0, ...) from shared memory at src (laid out as a load of that box would leave
+// it: 128-byte aligned, 1024 with the 128-byte swizzle); elements outside the tensor are not written. The writes
+// of every thread that filled src must be made visible to the async proxy first (ft_fence_proxy_async, then a
+// barrier). One thread issues; it commits (ft_bulk_commit) and waits for the reads of src (ft_bulk_wait_read)
+// before src is reused or the block exits.
+__device__ __forceinline__ void ft_tma_store_4d(const FtTensorMap& map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(&map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void ft_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void ft_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -120,3 +120,20 @@ __device__ __forceinline__ void ft_wgmma_regs_by_tile(float* acc, const unsigned
     }
   ft_wgmma_commit();
 }
+
+// D (64 x kN, fp32) = A (64 rows x 16 kKSteps) times B^T (B: kN rows x 16 kKSteps), A and B both K-major in
+// 128-byte-swizzled tiles (ft/layout.cuh FtSlabOffset) whose 64-column slabs lie a_slab_bytes / b_slab_bytes
+// apart (rows x 128): S = Q K^T, one m64nNk16 chain. Issued (fence, chain, commit), not waited for.
+template <typename T, int kN, int kKSteps>
+__device__ __forceinline__ void ft_wgmma_rows_by_rows(float* d, unsigned smem_a, unsigned a_slab_bytes, unsigned smem_b,
+                                                      unsigned b_slab_bytes) {
+  ft_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
+    const unsigned long long da = ft_wgmma_desc(smem_a + unsigned(ks / 4) * a_slab_bytes + kofs, 16, 1024);
+    const unsigned long long db = ft_wgmma_desc(smem_b + unsigned(ks / 4) * b_slab_bytes + kofs, 16, 1024);
+    FtWgmma<T, kN>::template ss<0>(d, da, db, ks > 0);
+  }
+  ft_wgmma_commit();
+}

@@ -96,24 +96,55 @@ TEST(AttnFwdGpu, WgmmaKernelMatchesTheReferenceOnEveryVariant) {
 TEST(AttnFwdGpu, PlantedMaskBugInTheWgmmaKernelIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (gpu_arch() != "sm_90a") GTEST_SKIP() << "wgmma needs an sm_90 GPU, this one is " << gpu_arch();
-  TempDir dir;
-  const fs::path tdir = dir.path / "templates";
-  ASSERT_TRUE(plant_bug(tdir, "attn_fwd_sm90.cuh",
-                        "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
-                        "const bool need_mask = n0 + kBlockN > p.seq_k;"))
-      << "the planted bug's anchor moved";
-  const auto exp = experiment::parse_experiment(R"(
+  expect_planted_bug_caught("attn_fwd_sm90.cuh",
+                            "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+                            "const bool need_mask = n0 + kBlockN > p.seq_k;", R"(
 name: attn_fwd_sm90_planted
 measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
     space: {mma: [80, 90], mma_pipe: [1, 2], block_m: 64, block_n: 64, num_warps: 4, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1}
-)", "attn_fwd_sm90_planted.yaml");
-  auto opts = quiet_options(dir.path / "p.sqlite", false);
-  opts.templates = tdir;
+)",
+                            1, 2);  // mma 80, untouched; mma 90, planted, in both pipelines
+}
+
+// The warp-specialized TMA kernel (mma 91): every variant, dtype and head dim 64 / 128 / 256, ragged lengths (TMA
+// boxes past the rows read zero, the TMA store skips them), windows, sinks, head packing, one to three consumer
+// warpgroups, ping-pong on and off, both epilogues. Only configs that do not fit shared memory (head_dim 256 with
+// the 128 x 128 tiles) or a consumer's registers are pruned.
+TEST(AttnFwdGpu, TmaKernelMatchesTheReferenceOnEveryVariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
+  TempDir dir;
+  const auto exp = experiment::load_experiment(fs::path(FT_SOURCE_DIR) / "experiments/tests/attn_fwd_tma_variants.yaml");
+  auto opts = quiet_options(dir.path / "t.sqlite", false);
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
-  EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
-  EXPECT_EQ(count(store, "status = 'incorrect'"), 2);  // mma 90, planted, in both pipelines
+  EXPECT_EQ(count(store, "status = 'invalid_config'"),
+            count(store, "status = 'invalid_config' AND (reason LIKE 'shared memory%' OR reason LIKE 'about % registers%') AND "
+                         "problem_id IN (SELECT id FROM problems WHERE key LIKE '%head_dim=256%')"));
+  const auto bad = store.sql(
+      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id WHERE t.status NOT IN ('ok', 'invalid_config') LIMIT 20");
+  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
+  EXPECT_GE(count(store, "status = 'ok'"), 500);
+  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
+}
+
+// The planted boundary-mask bug in the TMA kernel is caught, with and without ping-pong.
+TEST(AttnFwdGpu, PlantedMaskBugInTheTmaKernelIsCaught) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
+  expect_planted_bug_caught("attn_fwd_sm90_tma.cuh",
+                            "const bool need_mask = ft_attn_tile_needs_mask(mask, m0, m1, n0, kBlockN);",
+                            "const bool need_mask = n0 + kBlockN > p.seq_k;", R"(
+name: attn_fwd_tma_planted
+measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
+studies:
+  - family: attn_fwd
+    problems: [{batch: 1, heads_q: 2, seq_q: 300, head_dim: 64, dtype: f16, causal: 1}]
+    space: {mma: [80, 91], mma_pipe: [1, 2], mma_sched: [1, 2], block_m: 128, block_n: 64, num_warps: 8, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1, exp_poly: 1, rescale: 1}
+)",
+                            1, 3);  // mma 80, untouched; mma 91, planted: pipe 1, pipe 2, pipe 2 + ping-pong
 }

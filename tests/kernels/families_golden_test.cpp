@@ -265,7 +265,8 @@ std::string expected_template(const kernels::KernelFamily& f, const core::Config
   const bool f32 = p.dtype == core::DType::f32;
   const std::int64_t mma = c.get("mma", 80);
   const std::string n = f.name();
-  if (n == "attn_fwd") return f32 ? "attn_fwd_f32.cuh" : mma == 90 ? "attn_fwd_sm90.cuh" : "attn_fwd.cuh";
+  if (n == "attn_fwd")
+    return f32 ? "attn_fwd_f32.cuh" : mma == 90 ? "attn_fwd_sm90.cuh" : mma == 91 ? "attn_fwd_sm90_tma.cuh" : "attn_fwd.cuh";
   if (n == "attn_bwd_preprocess" || n == "attn_bwd_dsink") return "attn_bwd_rows.cuh";
   if (n == "attn_bwd_dkdv") return f32 ? "attn_bwd_f32.cuh" : mma == 90 ? "attn_bwd_sm90.cuh" : "attn_bwd.cuh";
   if (n == "attn_bwd_dq" || n == "attn_bwd_dq_delta") return f32 ? "attn_bwd_f32.cuh" : "attn_bwd.cuh";

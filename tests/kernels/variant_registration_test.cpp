@@ -59,12 +59,12 @@ std::vector<std::int64_t> mma_values(const KernelFamily& f) {
 
 TEST(VariantRegistration, TheSelectorSearchesTheNewVariantAndItsConstraintJoinsTheOperations) {
   const auto f = attn_fwd_with_narrow_variant();
-  EXPECT_EQ(mma_values(*f), (std::vector<std::int64_t>{80, 90, 100}));
+  EXPECT_EQ(mma_values(*f), (std::vector<std::int64_t>{80, 90, 91, 100}));
   const auto constraints = f->constraints();
-  EXPECT_NE(std::find(constraints.begin(), constraints.end(), "mma == 80 || mma == 90 || mma == 100"), constraints.end());
+  EXPECT_NE(std::find(constraints.begin(), constraints.end(), "mma == 80 || mma == 90 || mma == 91 || mma == 100"), constraints.end());
   EXPECT_NE(std::find(constraints.begin(), constraints.end(), "mma != 100 || (block_m == 64 && num_warps == 4)"),
             constraints.end());
-  EXPECT_EQ(mma_values(testing::registered_family("attn_fwd")), (std::vector<std::int64_t>{80, 90}));  // built-in untouched
+  EXPECT_EQ(mma_values(testing::registered_family("attn_fwd")), (std::vector<std::int64_t>{80, 90, 91}));  // built-in untouched
 }
 
 TEST(VariantRegistration, TheOperationDispatchesToTheVariantItsSelectorNames) {

@@ -1,5 +1,5 @@
 // tests/runner/runner_test_support.hpp: helpers shared by the runner tests (temporary folders, quiet run
-// options, GPU presence, trial counts).
+// options, GPU presence, trial counts, planted bugs).
 #pragma once
 
 #include <unistd.h>
@@ -10,7 +10,10 @@
 #include <fstream>
 #include <string>
 
+#include <gtest/gtest.h>
+
 #include "db/store.hpp"
+#include "harness/experiment/experiment.hpp"
 #include "harness/cuda/device.hpp"
 #include "harness/cuda/driver.hpp"
 #include "harness/jit/template_store.hpp"
@@ -79,6 +82,22 @@ inline std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const 
 inline fs::path cache_dir(const TempDir& dir) {
   const char* env = std::getenv("FLASHTUNE_CACHE_DIR");
   return env && *env ? fs::path(env) : dir.path / "cache";
+}
+
+/// A planted bug is caught: every template written to a temporary folder with `from` replaced by `to` in `file`
+/// (the anchor must still be there), the experiment `yaml` run on them: `ok` trials pass, `incorrect` are caught.
+inline void expect_planted_bug_caught(const std::string& file, const std::string& from, const std::string& to,
+                                      const std::string& yaml, std::int64_t ok, std::int64_t incorrect) {
+  TempDir dir;
+  const fs::path tdir = dir.path / "templates";
+  ASSERT_TRUE(plant_bug(tdir, file, from, to)) << "the planted bug's anchor moved in " << file;
+  const auto exp = experiment::parse_experiment(yaml, file + "_planted.yaml");
+  auto opts = quiet_options(dir.path / "p.sqlite", false);
+  opts.templates = tdir;
+  runner::run_experiment(exp, opts);
+  db::Store store(opts.db_path);
+  EXPECT_EQ(count(store, "status = 'ok'"), ok);
+  EXPECT_EQ(count(store, "status = 'incorrect'"), incorrect);
 }
 
 }  // namespace flashtune::testing
