@@ -39,6 +39,8 @@ template <typename T>
 struct FtAttnFwdTmaParams {
   FtAttnFwdParams<T> a;
   FtTensorMap q_map, k_map, v_map, o_map;
+  int batch;       // the kernel's 1-D grid walks (query block, heads, batch) units,
+  int unit_group;  // in sections of this many (heads, batch) pairs (>= 1) whose K / V share the L2
 };
 
 // Attention backward, every stage (preprocess D = rowsum(dO * O), dK / dV, dQ, dQ with D inline, the fused
@@ -112,13 +114,14 @@ struct FtAttnSmem {
   static constexpr FT_HOST_DEVICE long long fwd_wgmma(int hd, int bm, int bn, int stages) {
     return fwd_mma(hd, bm, bn, stages) + 1024;
   }
-  // attn_fwd_tma_kernel: from the first 1024-byte boundary the Q tile, `stages` (K tile, V tile) pairs, then
-  // the mbarriers (8 bytes each): Q full, and per stage K full, V full, K empty, V empty.
-  static constexpr FT_HOST_DEVICE long long fwd_tma_barriers(int hd, int bm, int bn, int stages) {
-    return fwd_mma(hd, bm, bn, stages);  // offset from the aligned start
+  // attn_fwd_tma_kernel: from the first 1024-byte boundary the Q tile, `stages` (K tile, V tile) pairs, with
+  // own_o an O tile (the persistent kernel's staged epilogue), then the mbarriers (8 bytes each): Q full, Q empty,
+  // and per stage K full, V full, K empty, V empty.
+  static constexpr FT_HOST_DEVICE long long fwd_tma_barriers(int hd, int bm, int bn, int stages, bool own_o) {
+    return fwd_mma(hd, bm, bn, stages) + (own_o ? fwd_kv(hd, bm) : 0);  // offset from the aligned start
   }
-  static constexpr FT_HOST_DEVICE long long fwd_tma(int hd, int bm, int bn, int stages) {
-    return 1024 + fwd_tma_barriers(hd, bm, bn, stages) + 8LL * (1 + 4 * stages);
+  static constexpr FT_HOST_DEVICE long long fwd_tma(int hd, int bm, int bn, int stages, bool own_o) {
+    return 1024 + fwd_tma_barriers(hd, bm, bn, stages, own_o) + 8LL * (2 + 4 * stages);
   }
   // attn_bwd_dkdv_kernel: the K and V tiles (bn rows), then `stages` x (Q, dO tiles, LSE, D of bm rows).
   static constexpr FT_HOST_DEVICE long long dkdv_stage(int hd, int bm) { return 4LL * bm * hd + 8LL * bm; }
@@ -154,7 +157,7 @@ struct FtAttnSmem {
 
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
-static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, then 4 maps");
+static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch and unit_group padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");

@@ -43,9 +43,9 @@ class FwdMma final : public FwdVariant {
     if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
     if (c.mma_pipe != 1) return "mma_pipe " + std::to_string(c.mma_pipe) + " is a wgmma (mma 90) option; mma 80 takes 1";
     if (c.min_blocks != 1 || c.epilogue != 1 || c.pack_heads != 1 || c.mma_sched != 1 || c.exp_poly != 1 ||
-        c.rescale != 1)
-      return "min_blocks, epilogue, pack_heads, mma_sched, exp_poly and rescale are wgmma (mma 90 / 91) options; mma 80 "
-             "takes 1";
+        c.rescale != 1 || c.persistent != 1)
+      return "min_blocks, epilogue, pack_heads, mma_sched, exp_poly, rescale and persistent are wgmma (mma 90 / 91) "
+             "options; mma 80 takes 1";
     if (d.sm_major < 8) return "needs sm_80 or newer (bf16 mma.sync, cp.async)";
     const std::int64_t smem = fwd_tile_bytes(c, s);
     if (smem > d.max_shared_per_block_optin)

@@ -74,9 +74,9 @@ class FwdF32 final : public FwdVariant {
 
   std::optional<std::string> can_run(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     if (c.mma == 80 && c.mma_pipe == 1 && c.min_blocks == 1 && c.epilogue == 1 && c.pack_heads == 1 && c.mma_sched == 1 &&
-        c.exp_poly == 1 && c.rescale == 1)
+        c.exp_poly == 1 && c.rescale == 1 && c.persistent == 1)
       return attn_f32::can_run(c, s, d);
-    return "mma 90 / 91, mma_pipe 2, min_blocks > 1, epilogue 2, pack_heads > 1, mma_sched 2, exp_poly > 1, rescale 2 (wgmma) are "
+    return "mma 90 / 91, mma_pipe 2, min_blocks > 1, epilogue 2, pack_heads > 1, mma_sched 2, exp_poly > 1, rescale 2, persistent 2 (wgmma) are "
            "fp16/bf16 options; fp32 uses mma 80 and 1 for each of them";
   }
   std::string name_expression(const FwdConfig& c, const Shape& s) const override {

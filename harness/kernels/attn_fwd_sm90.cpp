@@ -63,8 +63,8 @@ class FwdWgmma final : public FwdVariant {
     if (pipe != 1 && pipe != 2) return "mma_pipe must be 1 or 2";
     if (pipe == 2 && stages < 2) return "mma_pipe 2 keeps two K/V tiles resident: num_stages >= 2";
     const std::int64_t pack = c.pack_heads, group = s.group();
-    if (c.mma_sched != 1 || c.exp_poly != 1 || c.rescale != 1)
-      return "mma_sched, exp_poly and rescale are TMA kernel (mma 91) options; mma 90 takes 1";
+    if (c.mma_sched != 1 || c.exp_poly != 1 || c.rescale != 1 || c.persistent != 1)
+      return "mma_sched, exp_poly, rescale and persistent are TMA kernel (mma 91) options; mma 90 takes 1";
     if (pack < 1 || group % pack != 0)
       return "pack_heads " + std::to_string(pack) + " must divide the GQA group (heads_q / heads_kv = " +
              std::to_string(group) + ")";

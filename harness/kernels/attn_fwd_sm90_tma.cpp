@@ -30,12 +30,15 @@ VariantInfo tma_info() {
           {"rescale", {1, 2},
            "mma 91 only: 1 = O rescaled after every key tile; 2 = FA4's lazy rescale (a row's running max moves only "
            "when it grows by more than 8 in log2 units; O rescaled only when a max moved)"},
+          {"persistent", {1, 2},
+           "mma 91 only: 1 = one block per work unit (query block, heads, batch); 2 = a persistent grid of at most "
+           "SMs x min_blocks blocks looping over the units, the next unit's loads under this one's epilogue"},
           {"exp_poly", {1},
            "mma 91 only: 1 = every softmax exponential on the special-function unit; k >= 2 = one 8-key column tile "
            "in k of the interior tiles by a polynomial on the FMA pipe (offloads the SFU, the bottleneck at head_dim 64)"},
       },
       {"mma != 91 || (block_m == 16 * num_warps && num_warps % 4 == 0 && num_warps <= 12 && head_dim % 64 == 0)",
-       "mma_sched == 1 || (mma == 91 && mma_pipe == 2 && num_warps >= 8)", "exp_poly == 1 || mma == 91", "rescale == 1 || mma == 91"},
+       "mma_sched == 1 || (mma == 91 && mma_pipe == 2 && num_warps >= 8)", "exp_poly == 1 || mma == 91", "rescale == 1 || mma == 91", "persistent == 1 || mma == 91"},
   };
 }
 
@@ -56,6 +59,7 @@ class FwdTma final : public FwdVariant {
     if (c.mma_sched != 1 && c.mma_sched != 2) return "mma_sched must be 1 or 2";
     if (c.exp_poly < 1 || c.exp_poly > 8) return "exp_poly must be in 1..8";
     if (c.rescale != 1 && c.rescale != 2) return "rescale must be 1 (every tile) or 2 (lazy)";
+    if (c.persistent != 1 && c.persistent != 2) return "persistent must be 1 (a block per unit) or 2 (a persistent grid)";
     if (c.mma_sched == 2 && (c.mma_pipe != 2 || warps < 8))
       return "mma_sched 2 (ping-pong) needs mma_pipe 2 and 2+ consumer warpgroups (num_warps 8 or 12)";
     const std::int64_t mb = c.min_blocks;
@@ -90,12 +94,17 @@ class FwdTma final : public FwdVariant {
            std::to_string(c.block_n) + ", " + std::to_string(c.warpgroups()) + ", " + std::to_string(c.num_stages) +
            ", " + std::to_string(c.mma_pipe) + ", " + std::to_string(c.mma_sched) + ", " + std::to_string(c.epilogue) +
            ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) + ", " +
-           std::to_string(c.pack_heads) + ", " + std::to_string(c.min_blocks) + ", " + std::to_string(c.exp_poly) + ", " + std::to_string(c.rescale) + ">";
+           std::to_string(c.pack_heads) + ", " + std::to_string(c.min_blocks) + ", " + std::to_string(c.exp_poly) + ", " + std::to_string(c.rescale) + ", " + bool_arg(c.persistent == 2) + ">";
   }
 
-  LaunchShape launch_shape(const FwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
+  // A 1-D grid over the work units (query block, heads, batch): one block each, or (persistent) at most
+  // SMs x min_blocks blocks looping over them; 128 threads more than num_warps says (the producer warpgroup).
+  LaunchShape launch_shape(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     LaunchShape l = fwd_launch(c, s, smem_bytes(c, s));
-    l.block[0] += 128;  // the producer warpgroup
+    const std::int64_t units = std::int64_t(l.grid[0]) * l.grid[1] * l.grid[2];
+    l.grid[0] = unsigned(c.persistent == 2 ? std::min<std::int64_t>(units, std::int64_t(d.num_sms) * c.min_blocks) : units);
+    l.grid[1] = l.grid[2] = 1;
+    l.block[0] += 128;
     return l;
   }
 
@@ -117,12 +126,25 @@ class FwdTma final : public FwdVariant {
     map(offsetof(Tma, k_map), kK, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, std::uint32_t(c.block_n), 1);
     map(offsetof(Tma, v_map), kV, s.seq_k, s.heads_kv, a.v_ss, a.v_sh, a.v_sb, std::uint32_t(c.block_n), 1);
     map(offsetof(Tma, o_map), kO, s.seq_q, s.heads_q, a.o_ss, a.o_sh, a.o_sb, std::uint32_t(o_rows), std::uint32_t(64 / o_rows));
+    params.set(offsetof(Tma, batch), int(s.batch));
+    params.set(offsetof(Tma, unit_group), unit_group(c, s));
     return shared;
   }
 
  private:
   static std::int64_t smem_bytes(const FwdConfig& c, const Shape& s) {
-    return FtAttnSmem::fwd_tma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages));
+    return FtAttnSmem::fwd_tma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages),
+                               c.persistent == 2 && c.epilogue == 2);
+  }
+  // How many (head group, batch) units a section of the kernel's unit order spans: as many as keep their K and V
+  // within half an L2 of 50 MB (the H100's and H200's; the descriptor has no device here), the query heads
+  // of one kv head counting once. At least 1; 1 is the order of one block per (query block) over each head in turn.
+  static int unit_group(const FwdConfig& c, const Shape& s) {
+    const std::int64_t kv_bytes = 2 * s.seq_k * s.head_dim * 2;  // K and V of one kv head
+    const std::int64_t kv_heads = std::max<std::int64_t>(1, (25ll << 20) / std::max<std::int64_t>(1, kv_bytes));
+    const std::int64_t per_kv = std::max<std::int64_t>(1, s.group() / c.pack_heads);  // units sharing one kv head
+    const std::int64_t units = s.heads_q / c.pack_heads * s.batch;
+    return int(std::clamp<std::int64_t>(kv_heads * per_kv, 1, units));
   }
   // The kernel's kConsumerRegs: the launch share of 64 K registers (over min_blocks blocks), plus what the
   // producer's drop to 24 frees, split over the consumer warpgroups (a multiple of 8, at most 240); a share of 240

@@ -18,7 +18,8 @@ FwdConfig::FwdConfig(const core::Config& c)
       pack_heads(c.get("pack_heads", 1)),
       mma_sched(c.get("mma_sched", 1)),
       exp_poly(c.get("exp_poly", 1)),
-      rescale(c.get("rescale", 1)) {}
+      rescale(c.get("rescale", 1)),
+      persistent(c.get("persistent", 1)) {}
 
 BwdConfig::BwdConfig(const core::Config& c)
     : Tiles(c),

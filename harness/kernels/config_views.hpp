@@ -28,7 +28,7 @@ struct Tiles {
 
 /// attn_fwd's config. Tunables added after the first configs were recorded default to the kernel those
 /// configs ran: mma 80 (mma.sync), and the wgmma kernels' mma_pipe, min_blocks, epilogue, pack_heads, mma_sched,
-/// exp_poly, rescale at 1.
+/// exp_poly, rescale, persistent at 1.
 struct FwdConfig : Tiles {
   std::int64_t mma = 80;         ///< the variant: 80 mma.sync, 90 wgmma, 91 TMA + warp-specialized wgmma (fp32: mma 80)
   std::int64_t mma_pipe = 1;     ///< wgmma: 1 = S, softmax, P V in order; 2 = P V of tile i - 1 beside softmax i
@@ -38,6 +38,7 @@ struct FwdConfig : Tiles {
   std::int64_t mma_sched = 1;    ///< mma 91: 1 = each consumer warpgroup issues when ready, 2 = in turns (ping-pong)
   std::int64_t exp_poly = 1;     ///< mma 91: 1 = every exponential on the SFU; k >= 2: 1 column tile in k on the FMA pipe
   std::int64_t rescale = 1;      ///< mma 91: 1 = O rescaled every key tile; 2 = lazily (FA4: only when a max grew > 8)
+  std::int64_t persistent = 1;   ///< mma 91: 1 = a block per work unit; 2 = a persistent grid looping over them
 
   explicit FwdConfig(const core::Config& c);
   std::int64_t rows_per_head() const { return block_m / pack_heads; }  ///< query rows of one head in a block

@@ -132,7 +132,7 @@ TEST(AttnFwdGpu, TmaKernelMatchesTheReferenceOnEveryVariant) {
   EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
 }
 
-// The planted boundary-mask bug in the TMA kernel is caught, with and without ping-pong.
+// The planted boundary-mask bug in the TMA kernel is caught: both pipelines, ping-pong, persistent grid or not.
 TEST(AttnFwdGpu, PlantedMaskBugInTheTmaKernelIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
@@ -144,7 +144,7 @@ measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 300, head_dim: 64, dtype: f16, causal: 1}]
-    space: {mma: [80, 91], mma_pipe: [1, 2], mma_sched: [1, 2], block_m: 128, block_n: 64, num_warps: 8, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1, exp_poly: 1, rescale: 1}
+    space: {mma: [80, 91], mma_pipe: [1, 2], mma_sched: [1, 2], block_m: 128, block_n: 64, num_warps: 8, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1, exp_poly: 1, rescale: 1, persistent: [1, 2]}
 )",
-                            1, 3);  // mma 80, untouched; mma 91, planted: pipe 1, pipe 2, pipe 2 + ping-pong
+                            1, 6);  // mma 80, untouched; mma 91, planted: pipe 1, pipe 2, pipe 2 + ping-pong, each persistent or not
 }

@@ -285,7 +285,7 @@ TEST(AttnFwdCanRun, PackHeadsPacksAGqaGroupIntoOneWgmmaBlock) {
   EXPECT_NE(fwd().can_run(cfg(64, 4, 2), mha, d).value_or("").find("GQA group"), std::string::npos);
   auto mma80 = cfg(64, 4, 2);
   mma80.values["mma"] = 80;
-  EXPECT_NE(fwd().can_run(mma80, p, d).value_or("").find("pack_heads, mma_sched, exp_poly and rescale are wgmma (mma 90 / 91) options"), std::string::npos);
+  EXPECT_NE(fwd().can_run(mma80, p, d).value_or("").find("pack_heads, mma_sched, exp_poly, rescale and persistent are wgmma (mma 90 / 91)"), std::string::npos);
   const auto p32 = problem({{"batch", 1}, {"heads_q", 4}, {"heads_kv", 1}, {"seq_q", 100}, {"head_dim", 64}}, core::DType::f32);
   mma80.values["block_m"] = 32, mma80.values["num_warps"] = 2;
   EXPECT_NE(fwd().can_run(mma80, p32, d).value_or("").find("fp32 uses mma 80 and 1 for each of them"), std::string::npos);

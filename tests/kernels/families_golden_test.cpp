@@ -284,7 +284,14 @@ TEST(FamiliesGolden, EachVariantNamesItsOwnTemplate) {
         EXPECT_FALSE(flashtune::testing::read_template(v->template_file).empty()) << f->name() << " " << v->name;
     }
     std::set<std::string> seen;  // variants some runnable config selected
-    const auto space = sample(flashtune::testing::default_space(*f));
+    // Sampled per selector value, so that each variant keeps configs in the sample however its space grows.
+    std::map<std::int64_t, std::vector<core::Config>> by_selector;
+    for (const auto& c : flashtune::testing::default_space(*f)) by_selector[c.get("mma", 0)].push_back(c);
+    std::vector<core::Config> space;
+    for (const auto& [value, configs] : by_selector) {
+      const auto part = sample(configs);
+      space.insert(space.end(), part.begin(), part.end());
+    }
     for (const auto& p : default_problems(*f)) {
       if (f->check_problem(p)) continue;
       for (const auto& c : space) {
