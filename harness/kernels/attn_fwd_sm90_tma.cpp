@@ -82,6 +82,12 @@ class FwdTma final : public FwdVariant {
     // Consumer registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps
     // them across the next S: bn / 4), ~30 others; the kernel's cap after the producer gives its share back.
     const std::int64_t regs = hd / 2 + bn / 2 + bn / (c.mma_pipe == 2 ? 4 : 8) + 30;
+    // ptxas needs the O accumulators and ~30 others within the launch share itself (C7602 below it, seen with
+    // head_dim 128 at 80 registers: two consumers, 2 blocks per SM), whatever setmaxnreg adds later.
+    const std::int64_t entry = std::min<std::int64_t>(255, 65536 / ((warps + 4) * 32 * mb) / 8 * 8);
+    if (entry < hd / 2 + 30)
+      return "min_blocks " + std::to_string(mb) + " leaves " + std::to_string(entry) + " registers per thread at launch, "
+             "fewer than the " + std::to_string(hd / 2) + " O accumulators and ~30 others ptxas needs there";
     const std::int64_t cap = consumer_registers(warps / 4, mb);
     if (regs > cap)
       return "about " + std::to_string(regs) + " registers per consumer thread needed (" + std::to_string(warps / 4) +
