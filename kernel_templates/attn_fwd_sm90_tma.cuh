@@ -22,6 +22,7 @@
 #include "ft/copy.cuh"
 #include "ft/mask.cuh"
 #include "ft/mma.cuh"
+#include "ft/schedule.cuh"
 #include "ft/softmax.cuh"
 #include "ft/tma.cuh"
 #include "ft/wgmma.cuh"
@@ -33,22 +34,25 @@
 // (ft/math.cuh ft_exp2_poly), offloading the SFU; 1: none.
 // kRescale 2: FA4's lazy rescale (FtOnlineRow::advance): a row's max moves only when it grows by more than 8 (log2
 // units), and O is rescaled only when some max of the thread moved; 1: every tile.
-// kPersistent: a grid of at most SMs x kMinBlocks blocks, each looping over work units (query block, heads, batch)
-// while its producer loads the next unit's Q and K / V under the current one's last tiles and epilogue; else one
-// block per unit. Either way a 1-D grid, heaviest units first.
+// kPersistent 2: a grid of at most SMs x kMinBlocks blocks, each looping over work units (query block, heads,
+// batch) while its producer loads the next unit's Q and K / V under the current one's last tiles and epilogue;
+// block b runs units b, b + gridDim.x, ... kPersistent 3: the same grid, the units dealt dynamically (ft/schedule.cuh:
+// a global ticket counter, tp.sched; the producer passes each unit to the consumers through a mailbox), so that the
+// heaviest-first order balances uneven (causal) units. 1: one block per unit. Always a 1-D grid, heaviest first.
 template <typename T, int kHeadDim, int kBlockN, int kConsumers, int kStages, int kPipe, int kSched, int kEpilogue,
-          bool kCausal, bool kWindow, bool kLearnedSinks, int kPackHeads = 1, int kMinBlocks = 1, int kExpPoly = 1, int kRescale = 1, bool kPersistent = false>
+          bool kCausal, bool kWindow, bool kLearnedSinks, int kPackHeads = 1, int kMinBlocks = 1, int kExpPoly = 1, int kRescale = 1, int kPersistent = 1>
 __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     attn_fwd_tma_kernel(const __grid_constant__ FtAttnFwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 256, "rows of whole 128-byte swizzle slabs");
-  static_assert(kBlockN == 16 || kBlockN == 32 || kBlockN == 64 || kBlockN == 128,
-                "S = Q K^T is one m64nNk16 chain, N = 16, 32, 64 or 128");
+  static_assert(kBlockN == 16 || kBlockN == 32 || kBlockN == 64 || kBlockN == 128 || kBlockN == 176 || kBlockN == 192,
+                "S = Q K^T is one m64nNk16 chain, N = 16, 32, 64, 128, 176 or 192");
   static_assert(kConsumers >= 1 && kConsumers <= 3, "1 to 3 consumer warpgroups");
   static_assert(kStages >= 1 && kPipe >= 1 && kPipe <= 2, "a ring of kStages stages; kPipe 1 or 2");
   static_assert(kMinBlocks >= 1 && (kConsumers + 1) * 128 * kMinBlocks <= 2048, "threads per SM");
   static_assert(kSched == 1 || (kSched == 2 && kConsumers >= 2 && kPipe == 2),
                 "ping-pong (kSched 2) takes turns between 2+ consumer warpgroups issuing Q K^T and P V together");
   static_assert(kEpilogue == 1 || kEpilogue == 2, "epilogue 1 (direct) or 2 (staged, TMA store)");
+  static_assert(kPersistent >= 1 && kPersistent <= 3, "1 a block per unit, 2 persistent (static), 3 persistent (dynamic)");
   enum : int {
     kThreads = (kConsumers + 1) * 128,
     kBlockM = 64 * kConsumers,
@@ -60,14 +64,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kTileBytes = kBlockN * kHeadDim * 2,
     kSlabK = kBlockN * 128,               // bytes between the slabs of a K or V tile
     kSlabQ = kBlockM * 128,               // bytes between the slabs of the Q tile
-    // Registers per thread: at entry the __launch_bounds__ share; below 240 the producer drops to 24 and the
-    // consumers take what it frees (a multiple of 8, at most 240); from 240 on (one consumer, one block per SM)
-    // nobody moves.
-    kEntryRegs = (65536 / (kThreads * kMinBlocks)) / 8 * 8,
-    kRealloc = kEntryRegs < 240,
-    kConsumerRegs0 = (kEntryRegs + (kEntryRegs - 24) / kConsumers) / 8 * 8,
-    kConsumerRegs = kConsumerRegs0 < 240 ? kConsumerRegs0 : 240,
-    kOwnO = kPersistent && kEpilogue == 2,  // the staged O has its own tile (FtAttnSmem::fwd_tma)
+    kRealloc = FtWarpRoleRegs::realloc(kConsumers, kMinBlocks),  // registers per thread: attn_params.cuh
+    kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
+    kOwnO = kPersistent >= 2 && kEpilogue == 2,  // the staged O has its own tile (FtAttnSmem::fwd_tma)
+    kDynamic = kPersistent == 3,
   };
   static_assert(kPackHeads >= 1 && kBlockM % kPackHeads == 0 && (kRowsPerHead % 64 == 0 || 64 % kRowsPerHead == 0),
                 "block rows split evenly over the heads, a warpgroup's 64 rows in one head or over whole heads");
@@ -80,9 +80,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   // unit's Q can load under this one's epilogue.
   const unsigned smem_o = kOwnO ? smem_kv + unsigned(2 * kStages * kTileBytes) : smem_q;
   const unsigned bars = smem_q + unsigned(FtAttnSmem::fwd_tma_barriers(kHeadDim, kBlockM, kBlockN, kStages, kOwnO));
-  static_assert(FtAttnSmem::fwd_tma(kHeadDim, kBlockM, kBlockN, kStages, kOwnO) ==
+  static_assert(FtAttnSmem::fwd_tma(kHeadDim, kBlockM, kBlockN, kStages, kOwnO, kDynamic) ==
                     1024 + FtAttnSmem::fwd_kv(kHeadDim, kBlockM) * (kOwnO ? 2 : 1) + 2LL * kStages * kTileBytes +
-                        8LL * (2 + 4 * kStages),
+                        8LL * (2 + 4 * kStages) + (kDynamic ? FtUnitMailbox::kBytes : 0),
                 "the host's shared memory size is this layout's");
   const unsigned q_full = bars, q_empty = bars + 8u;
   auto k_full = [&](int st) { return bars + 8u * unsigned(2 + st); };
@@ -91,16 +91,17 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   auto v_empty = [&](int st) { return bars + 8u * unsigned(2 + 3 * kStages + st); };
   auto stage_k = [&](int st) { return smem_kv + unsigned(st * 2 * kTileBytes); };  // its V at + kTileBytes
   auto phase_of = [](int it) { return unsigned(it / kStages) & 1u; };              // K / V load `it`'s full barriers
+  const FtUnitMailbox mailbox{bars + 8u * unsigned(2 + 4 * kStages), 128 * kConsumers};  // kDynamic only
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
   const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   // Work units: (query block, group of kPackHeads heads, batch) = (m, hb). Sections of tp.unit_group hb's (as many
   // as share the L2 with their K / V: blocks running together read the same keys) follow one another; inside one,
-  // the heaviest query blocks (causal: last) come first over its hb's. Unit u is this block's if u = blockIdx.x
-  // (+ k gridDim.x when persistent).
+  // the heaviest query blocks (causal: last) come first over its hb's. A block's first unit is blockIdx.x, the
+  // next ones + gridDim.x each (kPersistent 2), its next ticket (3), or none (1).
   const int n_m = (p.seq_q + kRowsPerHead - 1) / kRowsPerHead, n_hb = p.heads_q / kPackHeads * tp.batch;
-  const int n_units = n_m * n_hb, unit_step = kPersistent ? int(gridDim.x) : n_units;
+  const int n_units = n_m * n_hb, unit_step = kPersistent == 2 ? int(gridDim.x) : n_units;
   struct Unit {
     int m0, m1, h0, h_kv, b;
   };
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_mbarrier_init(k_empty(st), 4 * kConsumers);
       ft_mbarrier_init(v_empty(st), 4 * kConsumers);
     }
+    if constexpr (kDynamic) mailbox.init();
     ft_fence_mbarrier_init();
   }
   __syncthreads();
@@ -135,10 +137,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     // loaded once the consumers freed the previous one's (and always waited for: a staged epilogue may reuse its
     // memory); K / V load `it` (counted over the block's units) refills stage it % kStages once round
     // it / kStages - 1 of it has been freed.
-    if constexpr (kRealloc) ft_setmaxnreg_dec<24>();
+    if constexpr (kRealloc) ft_setmaxnreg_dec<FtWarpRoleRegs::producer()>();
     if (threadIdx.x == 0) {
-      int it = 0, j = 0;
-      for (int u = blockIdx.x; u < n_units; u += unit_step, ++j) {
+      int it = 0, j = 0, u = blockIdx.x;
+      for (; u < n_units; ++j) {
+        if constexpr (kDynamic) mailbox.put(j, u);
         const Unit w = unit_of(u);
         const FtAttnTiles<kCausal, kWindow> tiles(mask, w.m0, w.m1, kBlockN);
         if (j > 0) ft_mbarrier_wait(q_empty, unsigned(j - 1) & 1u);
@@ -160,6 +163,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
           for (int s = 0; s < kSlabs; ++s)
             ft_tma_load_4d(stage_k(st) + unsigned(kTileBytes + s * kSlabK), tp.v_map, v_full(st), 64 * s, n0, w.h_kv, w.b);
         }
+        // The next unit. Dynamic: the ticket's latency is the producer's alone, which runs a unit ahead.
+        u = kDynamic ? ft_next_unit(tp.sched) : u + unit_step;
+      }
+      if constexpr (kDynamic) {
+        mailbox.put(j, u);  // past the last unit: the consumers stop
+        ft_units_done(tp.sched);
       }
     }
   } else {
@@ -187,8 +196,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       if constexpr (kSched == 2) ft_named_barrier_arrive(1 + (cw + 1) % kConsumers, 256);
     };
 
-    int it = 0, j = 0;
-    for (int u = blockIdx.x; u < n_units; u += unit_step, ++j) {
+    int it = 0, u = blockIdx.x;
+    for (int j = 0;; ++j, u += kDynamic ? 0 : unit_step) {
+      if constexpr (kDynamic) u = mailbox.take(j);
+      if (u >= n_units) break;
       const Unit w = unit_of(u);
       const int m0 = w.m0, m1 = w.m1, b = w.b;
       const FtAttnTiles<kCausal, kWindow> tiles(mask, m0, m1, kBlockN);

@@ -41,6 +41,7 @@ struct FtAttnFwdTmaParams {
   FtTensorMap q_map, k_map, v_map, o_map;
   int batch;       // the kernel's 1-D grid walks (query block, heads, batch) units,
   int unit_group;  // in sections of this many (heads, batch) pairs (>= 1) whose K / V share the L2
+  unsigned* sched;  // persistent 3: the dynamic scheduler's two counters (ft/schedule.cuh; zero between launches)
 };
 
 // Attention backward, every stage (preprocess D = rowsum(dO * O), dK / dV, dQ, dQ with D inline, the fused
@@ -116,12 +117,12 @@ struct FtAttnSmem {
   }
   // attn_fwd_tma_kernel: from the first 1024-byte boundary the Q tile, `stages` (K tile, V tile) pairs, with
   // own_o an O tile (the persistent kernel's staged epilogue), then the mbarriers (8 bytes each): Q full, Q empty,
-  // and per stage K full, V full, K empty, V empty.
+  // and per stage K full, V full, K empty, V empty; with `dynamic` then the unit mailbox (ft/schedule.cuh, 40 bytes).
   static constexpr FT_HOST_DEVICE long long fwd_tma_barriers(int hd, int bm, int bn, int stages, bool own_o) {
     return fwd_mma(hd, bm, bn, stages) + (own_o ? fwd_kv(hd, bm) : 0);  // offset from the aligned start
   }
-  static constexpr FT_HOST_DEVICE long long fwd_tma(int hd, int bm, int bn, int stages, bool own_o) {
-    return 1024 + fwd_tma_barriers(hd, bm, bn, stages, own_o) + 8LL * (2 + 4 * stages);
+  static constexpr FT_HOST_DEVICE long long fwd_tma(int hd, int bm, int bn, int stages, bool own_o, bool dynamic = false) {
+    return 1024 + fwd_tma_barriers(hd, bm, bn, stages, own_o) + 8LL * (2 + 4 * stages) + (dynamic ? 40 : 0);
   }
   // attn_bwd_dkdv_kernel: the K and V tiles (bn rows), then `stages` x (Q, dO tiles, LSE, D of bm rows).
   static constexpr FT_HOST_DEVICE long long dkdv_stage(int hd, int bm) { return 4LL * bm * hd + 8LL * bm; }
@@ -155,9 +156,29 @@ struct FtAttnSmem {
   }
 };
 
+// Registers per thread of a warp-specialized kernel with one producer warpgroup and `consumers` consumer
+// warpgroups, `min_blocks` blocks per SM (attn_fwd_tma_kernel's setmaxnreg; the host's can_run and register
+// estimates read the same numbers). At launch each thread has the __launch_bounds__ share of the 64 K registers
+// (a multiple of 8, at most 255); below 240 the producer drops to 24 and the consumers take what it frees (a
+// multiple of 8, at most 240); from 240 on (one consumer, one block per SM) nobody moves.
+struct FtWarpRoleRegs {
+  static constexpr FT_HOST_DEVICE int producer() { return 24; }
+  static constexpr FT_HOST_DEVICE int entry(int consumers, int min_blocks) {
+    const int share = 65536 / ((consumers + 1) * 128 * min_blocks) / 8 * 8;
+    return share < 255 ? share : 255;
+  }
+  static constexpr FT_HOST_DEVICE bool realloc(int consumers, int min_blocks) { return entry(consumers, min_blocks) < 240; }
+  static constexpr FT_HOST_DEVICE int consumer(int consumers, int min_blocks) {
+    const int e = entry(consumers, min_blocks);
+    if (!realloc(consumers, min_blocks)) return e;
+    const int taken = (e + (e - producer()) / consumers) / 8 * 8;
+    return taken < 240 ? taken : 240;
+  }
+};
+
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
-static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch and unit_group padded to 64");
+static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");

@@ -13,6 +13,12 @@ namespace flashtune::kernels {
 
 namespace attn {
 
+std::vector<BufferSpec> fwd_op_buffers(const Shape& s) {
+  auto b = fwd_buffers(s);
+  b.push_back({"schedule", core::DType::f32, 2, BufferRole::workspace, 0, 0});  // two u32 counters
+  return b;
+}
+
 LaunchShape fwd_launch(const FwdConfig& c, const Shape& s, std::int64_t smem) {
   LaunchShape l;
   l.grid[0] = unsigned((s.seq_q + c.rows_per_head() - 1) / c.rows_per_head());
@@ -96,6 +102,8 @@ class AttnFwd final : public attn::AttentionOperation<attn::FwdConfig> {
     return "fused attention forward (O, LSE): causal / GQA / window / sink tokens / learned sinks; "
            "fp16, bf16 on tensor cores, fp32 exact or TF32";
   }
+
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override { return attn::fwd_op_buffers(attn::Shape(p)); }
 
   // The forward's parameter struct, which a variant may extend (the TMA kernel's tensor maps).
   std::vector<KernelArg> arguments(const core::Config& config, const core::Problem& p) const override {

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "harness/kernels/attention.hpp"
 #include "harness/kernels/config_views.hpp"
 #include "harness/kernels/operation.hpp"
 #include "harness/kernels/problem_views.hpp"
@@ -14,6 +16,11 @@
 namespace flashtune::kernels::attn {
 
 using FwdVariant = Variant<Shape, FwdConfig>;
+
+/// attn_fwd's buffers: the attention forward's (attention.hpp), then the work-unit scheduler's two 32-bit counters
+/// (a workspace the runner zeroes; the kernels that count on it, mma 91 persistent 3, leave it zero again).
+inline constexpr int kSchedule = kLse + 1;
+std::vector<BufferSpec> fwd_op_buffers(const Shape& s);
 
 /// The forward's launch: one block per block_m / pack_heads query rows of pack_heads heads (grid.x), per group
 /// of pack_heads query heads (grid.y), per batch (grid.z); 32 num_warps threads; `smem` [bytes] dynamic shared memory.

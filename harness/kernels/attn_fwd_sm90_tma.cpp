@@ -30,9 +30,11 @@ VariantInfo tma_info() {
           {"rescale", {1, 2},
            "mma 91 only: 1 = O rescaled after every key tile; 2 = FA4's lazy rescale (a row's running max moves only "
            "when it grows by more than 8 in log2 units; O rescaled only when a max moved)"},
-          {"persistent", {1, 2},
+          {"persistent", {1, 2, 3},
            "mma 91 only: 1 = one block per work unit (query block, heads, batch); 2 = a persistent grid of at most "
-           "SMs x min_blocks blocks looping over the units, the next unit's loads under this one's epilogue"},
+           "SMs x min_blocks blocks looping over the units (block b: units b, b + grid, ...), the next unit's loads "
+           "under this one's epilogue; 3 = the same grid taking the units dynamically (an atomic ticket each, "
+           "heaviest first: balances causal units)"},
           {"exp_poly", {1},
            "mma 91 only: 1 = every softmax exponential on the special-function unit; k >= 2 = one 8-key column tile "
            "in k of the interior tiles by a polynomial on the FMA pipe (offloads the SFU, the bottleneck at head_dim 64)"},
@@ -52,14 +54,16 @@ class FwdTma final : public FwdVariant {
     if (warps % 4 != 0 || warps < 4 || warps > 12 || bm != 16 * warps)
       return "mma 91: num_warps " + std::to_string(warps) + " must be 4, 8 or 12 (consumer warpgroups) and block_m " +
              std::to_string(bm) + " 64 rows per warpgroup (16 x num_warps)";
-    if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 91: block_n must be 16, 32, 64 or 128";
+    if (bn != 16 && bn != 32 && bn != 64 && bn != 128 && bn != 176 && bn != 192)
+      return "mma 91: block_n must be 16, 32, 64, 128, 176 or 192 (one wgmma m64nNk16 chain)";
     if (hd % 64 != 0 || hd > 256) return "mma 91: head_dim must be 64, 128, 192 or 256 (128-byte swizzled rows)";
     if (c.num_stages < 1 || c.num_stages > 4) return "num_stages must be in 1..4";
     if (c.mma_pipe != 1 && c.mma_pipe != 2) return "mma_pipe must be 1 or 2";
     if (c.mma_sched != 1 && c.mma_sched != 2) return "mma_sched must be 1 or 2";
     if (c.exp_poly < 1 || c.exp_poly > 8) return "exp_poly must be in 1..8";
     if (c.rescale != 1 && c.rescale != 2) return "rescale must be 1 (every tile) or 2 (lazy)";
-    if (c.persistent != 1 && c.persistent != 2) return "persistent must be 1 (a block per unit) or 2 (a persistent grid)";
+    if (c.persistent < 1 || c.persistent > 3)
+      return "persistent must be 1 (a block per unit), 2 (a persistent grid, static) or 3 (persistent, dynamic)";
     if (c.mma_sched == 2 && (c.mma_pipe != 2 || warps < 8))
       return "mma_sched 2 (ping-pong) needs mma_pipe 2 and 2+ consumer warpgroups (num_warps 8 or 12)";
     const std::int64_t mb = c.min_blocks;
@@ -84,11 +88,11 @@ class FwdTma final : public FwdVariant {
     const std::int64_t regs = hd / 2 + bn / 2 + bn / (c.mma_pipe == 2 ? 4 : 8) + 30;
     // ptxas needs the O accumulators and ~30 others within the launch share itself (C7602 below it, seen with
     // head_dim 128 at 80 registers: two consumers, 2 blocks per SM), whatever setmaxnreg adds later.
-    const std::int64_t entry = std::min<std::int64_t>(255, 65536 / ((warps + 4) * 32 * mb) / 8 * 8);
+    const std::int64_t entry = FtWarpRoleRegs::entry(int(warps / 4), int(mb));
     if (entry < hd / 2 + 30)
       return "min_blocks " + std::to_string(mb) + " leaves " + std::to_string(entry) + " registers per thread at launch, "
              "fewer than the " + std::to_string(hd / 2) + " O accumulators and ~30 others ptxas needs there";
-    const std::int64_t cap = consumer_registers(warps / 4, mb);
+    const std::int64_t cap = FtWarpRoleRegs::consumer(int(warps / 4), int(mb));
     if (regs > cap)
       return "about " + std::to_string(regs) + " registers per consumer thread needed (" + std::to_string(warps / 4) +
              " consumer warpgroups get " + std::to_string(cap) + ")";
@@ -100,7 +104,7 @@ class FwdTma final : public FwdVariant {
            std::to_string(c.block_n) + ", " + std::to_string(c.warpgroups()) + ", " + std::to_string(c.num_stages) +
            ", " + std::to_string(c.mma_pipe) + ", " + std::to_string(c.mma_sched) + ", " + std::to_string(c.epilogue) +
            ", " + bool_arg(s.causal) + ", " + bool_arg(s.has_window()) + ", " + bool_arg(s.learned_sinks) + ", " +
-           std::to_string(c.pack_heads) + ", " + std::to_string(c.min_blocks) + ", " + std::to_string(c.exp_poly) + ", " + std::to_string(c.rescale) + ", " + bool_arg(c.persistent == 2) + ">";
+           std::to_string(c.pack_heads) + ", " + std::to_string(c.min_blocks) + ", " + std::to_string(c.exp_poly) + ", " + std::to_string(c.rescale) + ", " + std::to_string(c.persistent) + ">";
   }
 
   // A 1-D grid over the work units (query block, heads, batch): one block each, or (persistent) at most
@@ -108,7 +112,7 @@ class FwdTma final : public FwdVariant {
   LaunchShape launch_shape(const FwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     LaunchShape l = fwd_launch(c, s, smem_bytes(c, s));
     const std::int64_t units = std::int64_t(l.grid[0]) * l.grid[1] * l.grid[2];
-    l.grid[0] = unsigned(c.persistent == 2 ? std::min<std::int64_t>(units, std::int64_t(d.num_sms) * c.min_blocks) : units);
+    l.grid[0] = unsigned(c.persistent >= 2 ? std::min<std::int64_t>(units, std::int64_t(d.num_sms) * c.min_blocks) : units);
     l.grid[1] = l.grid[2] = 1;
     l.block[0] += 128;
     return l;
@@ -134,13 +138,14 @@ class FwdTma final : public FwdVariant {
     map(offsetof(Tma, o_map), kO, s.seq_q, s.heads_q, a.o_ss, a.o_sh, a.o_sb, std::uint32_t(o_rows), std::uint32_t(64 / o_rows));
     params.set(offsetof(Tma, batch), int(s.batch));
     params.set(offsetof(Tma, unit_group), unit_group(c, s));
+    params.bind(offsetof(Tma, sched), kSchedule);
     return shared;
   }
 
  private:
   static std::int64_t smem_bytes(const FwdConfig& c, const Shape& s) {
     return FtAttnSmem::fwd_tma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages),
-                               c.persistent == 2 && c.epilogue == 2);
+                               c.persistent >= 2 && c.epilogue == 2, c.persistent == 3);
   }
   // How many (head group, batch) units a section of the kernel's unit order spans: as many as keep their K and V
   // within half an L2 of 50 MB (the H100's and H200's; the descriptor has no device here), the query heads
@@ -151,14 +156,6 @@ class FwdTma final : public FwdVariant {
     const std::int64_t per_kv = std::max<std::int64_t>(1, s.group() / c.pack_heads);  // units sharing one kv head
     const std::int64_t units = s.heads_q / c.pack_heads * s.batch;
     return int(std::clamp<std::int64_t>(kv_heads * per_kv, 1, units));
-  }
-  // The kernel's kConsumerRegs: the launch share of 64 K registers (over min_blocks blocks), plus what the
-  // producer's drop to 24 frees, split over the consumer warpgroups (a multiple of 8, at most 240); a share of 240
-  // or more (one consumer, one block per SM) stays as it is.
-  static std::int64_t consumer_registers(std::int64_t consumers, std::int64_t min_blocks) {
-    const std::int64_t entry = std::min<std::int64_t>(255, 65536 / ((consumers + 1) * 128 * min_blocks) / 8 * 8);
-    if (entry >= 240) return entry;
-    return std::min<std::int64_t>(240, (entry + (entry - 24) / consumers) / 8 * 8);
   }
 };
 

@@ -41,8 +41,8 @@ enum class BufferRole { input, output, workspace };
 
 // A device buffer the kernel reads or writes. Inputs are filled with fresh uniform random values in
 // [lo, hi] (never zeros); outputs are poisoned with NaN before every checked launch; workspaces (scratch
-// a multi-step baseline needs, e.g. a materialized score matrix) are allocated and counted in the trial's
-// device memory, never filled or checked.
+// a multi-step baseline needs, e.g. a materialized score matrix; a scheduler's counters) are allocated, counted
+// in the trial's device memory, zeroed once at the start of each trial (untimed) and never checked.
 struct BufferSpec {
   std::string name;
   core::DType dtype = core::DType::f32;

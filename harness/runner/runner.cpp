@@ -720,6 +720,10 @@ class ExperimentRun {
     CUstream stream = m_gpu->stream.get();
     kernels::PackedArgs args;
     const Launch launch = make_launch(family, config, problem, shape, fn, data, args);
+    // Workspaces start every trial zeroed (untimed); a kernel that keeps state there between its launches (a
+    // scheduler's counters) leaves it as it found it.
+    for (std::size_t i = 0; i < data.specs.size(); ++i)
+      if (data.specs[i].role == kernels::BufferRole::workspace) data.buffers[i].fill_bytes(0, stream);
 
     if (m_exp.validate.enabled) {
       for (std::size_t i = 0; i < data.specs.size(); ++i)

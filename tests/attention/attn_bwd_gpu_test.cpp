@@ -29,11 +29,16 @@
 #include "reference/attention_bwd.hpp"
 #include "reference/compare.hpp"
 #include "reference/dtype.hpp"
+#include "tests/attention/gpu_launcher.hpp"
 #include "tests/runner/runner_test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace flashtune;
 using flashtune::testing::count;
+using flashtune::testing::Launcher;
+using flashtune::testing::draw;
+using flashtune::testing::fam;
+using flashtune::testing::problem;
 using flashtune::testing::have_gpu;
 using flashtune::testing::quiet_options;
 using flashtune::testing::TempDir;
@@ -60,94 +65,6 @@ void expect_variants_file_passes(const std::string& file, std::int64_t min_ok) {
   expect_all_pass(opts.db_path, min_ok);
 }
 
-std::uint32_t nan_pattern(core::DType d) {
-  return d == core::DType::f32 ? 0x7FC00000u : d == core::DType::f16 ? 0x7E007E00u : 0x7FC07FC0u;
-}
-
-// Launches one family's kernel on host tensors: every buffer of buffers() in order, inputs uploaded,
-// outputs NaN-poisoned, launched once, downloaded. `tensors[i].values` holds buffer i (outputs: resized).
-class Launcher {
- public:
-  Launcher() : m_info(cuda::query_device(0)), m_ctx(0) {}
-
-  void run(const kernels::KernelFamily& f, const core::Config& c, const core::Problem& p,
-           std::vector<kernels::HostTensor>& tensors) {
-    const auto specs = f.buffers(p);
-    ASSERT_EQ(specs.size(), tensors.size()) << f.name();
-    ASSERT_EQ(f.can_run(c, p, m_info.limits), std::nullopt) << f.name() << " " << c.key();
-    jit::CompileRequest req;
-    req.source_name = f.template_file_for(c, p);
-    req.source = jit::load_template(req.source_name, std::nullopt);
-    req.name_expression = f.specialize(c, p).name_expression;
-    req.arch = m_info.arch;
-    req.headers = jit::template_headers(std::nullopt);
-    const auto out = jit::Compiler(std::nullopt).compile(req);
-    ASSERT_TRUE(out.record.ok) << out.record.log;
-    cuda::Module module(out.cubin);
-    const CUfunction fn = module.function(out.record.lowered_name);
-    cuda::Stream stream;
-    std::vector<cuda::DeviceBuffer> bufs;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const std::size_t bytes = std::size_t(specs[i].elements) * core::dtype_size(specs[i].dtype);
-      bufs.emplace_back((bytes + 3) / 4 * 4);
-      if (specs[i].role == kernels::BufferRole::input) {
-        ASSERT_EQ(tensors[i].values.size(), std::size_t(specs[i].elements)) << f.name() << " buffer " << specs[i].name;
-        const auto packed = reference::pack(specs[i].dtype, tensors[i].values);
-        bufs.back().upload(packed.data(), packed.size(), stream.get());
-      } else {  // outputs and workspaces: NaN, so an element or partial left unwritten shows
-        bufs.back().fill_u32(nan_pattern(specs[i].dtype), stream.get());
-      }
-    }
-    const auto shape = f.launch_shape(c, p, m_info.limits);
-    if (f.launches_itself()) {
-      kernels::LaunchEnv env;
-      env.stream = stream.get(), env.function = fn, env.shape = shape;
-      for (const auto& b : bufs) env.buffers.push_back(std::uint64_t(b.ptr()));
-      f.prepare(env, c, p);  // attn_bwd_fused: zeroes its dQ accumulator (NaN until then)
-      f.launch(env, c, p);
-      finish(specs, bufs, stream, tensors);
-      return;
-    }
-    std::vector<std::uint64_t> addresses;
-    for (const auto& b : bufs) addresses.push_back(std::uint64_t(b.ptr()));
-    auto packed = kernels::pack_kernel_args(f.arguments(c, p), addresses);
-    cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream.get(), packed.pointers.data());
-    finish(specs, bufs, stream, tensors);
-  }
-
-  const cuda::DeviceInfo& info() const { return m_info; }
-
- private:
-  static void finish(const std::vector<kernels::BufferSpec>& specs, std::vector<cuda::DeviceBuffer>& bufs,
-                     cuda::Stream& stream, std::vector<kernels::HostTensor>& tensors) {
-    stream.synchronize();
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].role != kernels::BufferRole::output) continue;
-      const std::size_t n = std::size_t(specs[i].elements);
-      std::vector<unsigned char> raw(n * core::dtype_size(specs[i].dtype));
-      bufs[i].download(raw.data(), raw.size(), stream.get());
-      tensors[i] = {specs[i].dtype, reference::unpack(specs[i].dtype, raw.data(), n), {}};
-    }
-  }
-
-  cuda::DeviceInfo m_info;
-  cuda::Context m_ctx;
-};
-
-const kernels::KernelFamily& fam(const std::string& name) {
-  const auto* f = kernels::find_family(name);
-  if (!f) throw core::Error(name + " is not registered");
-  return *f;
-}
-
-core::Problem problem(std::map<std::string, std::int64_t> dims, core::DType d) {
-  const auto& f = fam("attn_fwd");
-  core::Problem p{std::move(dims), d};
-  for (const auto& o : f.optional_problem_dims()) p.dims.try_emplace(o.name, o.fallback);
-  f.complete_problem(p);
-  return p;
-}
-
 // Configs every head dim 16..128 can run (one 16-row MMA tile per warp).
 const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 1}}};
 // The sink tiles split over 7 extra blocks each (an odd count: chunks of unequal size).
@@ -162,19 +79,6 @@ const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"n
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
 const core::Config kSink{{{"num_warps", 8}}};
 
-// Inputs for every buffer of `f` as the runner draws them; outputs left empty.
-std::vector<kernels::HostTensor> draw(const kernels::KernelFamily& f, const core::Problem& p, std::uint64_t seed) {
-  std::vector<kernels::HostTensor> t;
-  std::uint64_t stream = 0;
-  for (const auto& b : f.buffers(p)) {
-    t.push_back({b.dtype, {}, {}});
-    if (b.role == kernels::BufferRole::input) {
-      t.back().values = reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream);
-      reference::round_all(b.dtype, t.back().values);
-    }
-  }
-  return t;
-}
 
 }  // namespace
 

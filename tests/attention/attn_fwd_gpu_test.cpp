@@ -4,6 +4,8 @@
 // learned sink, window 1 and window >= seq, sink tokens > window; and a planted masking bug is caught.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -11,7 +13,9 @@
 #include "db/store.hpp"
 #include "harness/experiment/experiment.hpp"
 #include "harness/jit/template_store.hpp"
+#include "harness/kernels/attn_fwd.hpp"
 #include "harness/runner/runner.hpp"
+#include "tests/attention/gpu_launcher.hpp"
 #include "tests/runner/runner_test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -111,8 +115,8 @@ studies:
 
 // The warp-specialized TMA kernel (mma 91): every variant, dtype and head dim 64 / 128 / 256, ragged lengths (TMA
 // boxes past the rows read zero, the TMA store skips them), windows, sinks, head packing, one to three consumer
-// warpgroups, ping-pong on and off, both epilogues. Only configs that do not fit shared memory (head_dim 256 with
-// the 128 x 128 tiles) or a consumer's registers are pruned.
+// warpgroups, ping-pong on and off, both epilogues. Only head_dim 256 configs that do not fit shared memory (the
+// 128 x 128 tiles), a consumer's registers or the launch share (three consumers) are pruned.
 TEST(AttnFwdGpu, TmaKernelMatchesTheReferenceOnEveryVariant) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
@@ -122,7 +126,8 @@ TEST(AttnFwdGpu, TmaKernelMatchesTheReferenceOnEveryVariant) {
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   EXPECT_EQ(count(store, "status = 'invalid_config'"),
-            count(store, "status = 'invalid_config' AND (reason LIKE 'shared memory%' OR reason LIKE 'about % registers%') AND "
+            count(store, "status = 'invalid_config' AND (reason LIKE 'shared memory%' OR reason LIKE 'about % registers%' OR "
+                         "reason LIKE 'min_blocks % leaves % registers per thread at launch%') AND "
                          "problem_id IN (SELECT id FROM problems WHERE key LIKE '%head_dim=256%')"));
   const auto bad = store.sql(
       "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
@@ -132,7 +137,8 @@ TEST(AttnFwdGpu, TmaKernelMatchesTheReferenceOnEveryVariant) {
   EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
 }
 
-// The planted boundary-mask bug in the TMA kernel is caught: both pipelines, ping-pong, persistent grid or not.
+// The planted boundary-mask bug in the TMA kernel is caught: both pipelines, ping-pong, a block per unit or a
+// persistent grid (static or dynamic).
 TEST(AttnFwdGpu, PlantedMaskBugInTheTmaKernelIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
@@ -144,7 +150,54 @@ measure: {warmup: 1, min_samples: 2, max_samples: 2, max_time_s: 0.05}
 studies:
   - family: attn_fwd
     problems: [{batch: 1, heads_q: 2, seq_q: 300, head_dim: 64, dtype: f16, causal: 1}]
-    space: {mma: [80, 91], mma_pipe: [1, 2], mma_sched: [1, 2], block_m: 128, block_n: 64, num_warps: 8, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1, exp_poly: 1, rescale: 1, persistent: [1, 2]}
+    space: {mma: [80, 91], mma_pipe: [1, 2], mma_sched: [1, 2], block_m: 128, block_n: 64, num_warps: 8, num_stages: 2, min_blocks: 1, epilogue: 1, pack_heads: 1, exp_poly: 1, rescale: 1, persistent: [1, 2, 3]}
 )",
-                            1, 6);  // mma 80, untouched; mma 91, planted: pipe 1, pipe 2, pipe 2 + ping-pong, each persistent or not
+                            1, 9);  // mma 80, untouched; mma 91, planted: pipe 1, pipe 2, pipe 2 + ping-pong, each with 3 grids
+}
+
+// mma 91 persistent 3 deals its work units by a global ticket counter (ft/schedule.cuh) that every launch must
+// leave zero. Three back-to-back launches on shapes with several times more units than blocks (outputs poisoned
+// before each): every launch computes every unit (bitwise equal to the first: a unit's result does not depend on
+// the block that ran it; no NaN left) and leaves both counters zero. (That the results are right, on shapes with
+// more units than blocks too, is the TMA matrix's part: experiments/tests/attn_fwd_tma_variants.yaml.)
+TEST(AttnFwdGpu, DynamicSchedulerLeavesItsCountersZeroAfterEveryLaunch) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  if (gpu_arch() != "sm_90a") GTEST_SKIP() << "TMA and wgmma need an sm_90 GPU, this one is " << gpu_arch();
+  Launcher gpu;
+  const auto& f = fam("attn_fwd");
+  const core::Config wide{{{"mma", 91}, {"block_m", 192}, {"num_warps", 12}, {"block_n", 128}, {"num_stages", 2}, {"mma_pipe", 2},
+                           {"mma_sched", 1}, {"epilogue", 2}, {"min_blocks", 1}, {"pack_heads", 1}, {"exp_poly", 1},
+                           {"rescale", 2}, {"persistent", 3}}};
+  const core::Config packed{{{"mma", 91}, {"block_m", 64}, {"num_warps", 4}, {"block_n", 32}, {"num_stages", 2}, {"mma_pipe", 2},
+                             {"mma_sched", 1}, {"epilogue", 2}, {"min_blocks", 4}, {"pack_heads", 4}, {"exp_poly", 1},
+                             {"rescale", 2}, {"persistent", 3}}};
+  for (const auto* c : {&wide, &packed})
+    for (std::int64_t causal : {0, 1}) {
+      const auto p = problem({{"batch", 2}, {"heads_q", 16}, {"heads_kv", 4}, {"seq_q", 2000}, {"head_dim", 64}, {"causal", causal},
+                              {"window", c == &packed ? 128 : 0}, {"learned_sinks", c == &packed ? 1 : 0}},
+                             core::DType::bf16);
+      const std::string what = c->key() + " | " + p.key();
+      const auto in = draw(f, p, 5);
+      std::vector<std::vector<kernels::HostTensor>> each;
+      gpu.run_repeated(f, *c, p, in, 3, Launcher::Workspaces::zero, each);
+      ASSERT_EQ(each.size(), 3u) << what;
+      for (std::size_t k = 0; k < each.size(); ++k) {
+        const auto& words = each[k][kernels::attn::kSchedule].values;
+        ASSERT_EQ(words.size(), 2u) << what;
+        EXPECT_EQ(words[0], 0.0) << what << ": tickets left after launch " << k;
+        EXPECT_EQ(words[1], 0.0) << what << ": done count left after launch " << k;
+        for (int b : {kernels::attn::kO, kernels::attn::kLse}) {
+          const auto& got = each[k][std::size_t(b)].values;
+          const auto& first = each[0][std::size_t(b)].values;
+          ASSERT_EQ(got.size(), first.size()) << what;
+          std::size_t nan = 0, differ = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) {
+            nan += std::isnan(got[i]) ? 1 : 0;
+            differ += std::memcmp(&got[i], &first[i], sizeof(double)) != 0 ? 1 : 0;
+          }
+          EXPECT_EQ(nan, 0u) << what << ": launch " << k << " left elements unwritten (buffer " << b << ")";
+          EXPECT_EQ(differ, 0u) << what << ": launch " << k << " differs from the first (buffer " << b << ")";
+        }
+      }
+    }
 }

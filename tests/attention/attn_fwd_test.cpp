@@ -10,6 +10,7 @@
 #include "harness/jit/compiler.hpp"
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/attention.hpp"
+#include "harness/kernels/attn_fwd.hpp"
 #include "harness/kernels/family.hpp"
 #include "reference/dtype.hpp"
 
@@ -92,7 +93,9 @@ TEST(AttnProblem, BuffersAndCountsFollowTheConventions) {
   const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 100}, {"seq_k", 300},
                           {"head_dim", 64}, {"causal", 1}});
   const auto b = fwd().buffers(p);
-  ASSERT_EQ(b.size(), 6u);
+  ASSERT_EQ(b.size(), 7u);
+  EXPECT_EQ(b[kernels::attn::kSchedule].role, kernels::BufferRole::workspace);  // the scheduler's 2 counters
+  EXPECT_EQ(b[kernels::attn::kSchedule].elements * core::dtype_size(b[kernels::attn::kSchedule].dtype), 8u);
   EXPECT_EQ(b[kernels::attn::kQ].elements, 2 * 8 * 100 * 64);
   EXPECT_EQ(b[kernels::attn::kK].elements, 2 * 2 * 300 * 64);
   EXPECT_EQ(b[kernels::attn::kSinks].elements, 8);
@@ -154,7 +157,7 @@ TEST(AttnReference, FamilyReferenceMarksTheRowsItChecked) {
   for (const auto& b : fwd().buffers(q)) {
     if (b.role == kernels::BufferRole::input)
       in.push_back({b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, 9), {}});
-    else
+    else if (b.role == kernels::BufferRole::output)
       out.push_back({b.dtype, std::vector<double>(std::size_t(b.elements)), {}});
   }
   for (auto& t : in) reference::round_all(t.dtype, t.values);

@@ -274,7 +274,7 @@ Emulated emulate(KernelFn kernel, const core::Config& c, const core::Problem& p,
       kernels::HostTensor t{b.dtype, reference::uniform(std::size_t(b.elements), b.lo, b.hi, seed + 7919 * ++stream), {}};
       reference::round_all(b.dtype, t.values);
       inputs.push_back(std::move(t));
-    } else {
+    } else if (b.role == kernels::BufferRole::output) {
       ref64.push_back({b.dtype, std::vector<double>(std::size_t(b.elements)), {}});
     }
   }

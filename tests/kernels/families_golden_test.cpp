@@ -284,15 +284,22 @@ TEST(FamiliesGolden, EachVariantNamesItsOwnTemplate) {
         EXPECT_FALSE(flashtune::testing::read_template(v->template_file).empty()) << f->name() << " " << v->name;
     }
     std::set<std::string> seen;  // variants some runnable config selected
-    // Sampled per selector value, so that each variant keeps configs in the sample however its space grows.
+    // The default configs that run on some default problem, sampled per selector value, so that each variant
+    // keeps configs in the sample however its space (and the share of it a variant refuses) grows.
+    const auto problems = default_problems(*f);
     std::map<std::int64_t, std::vector<core::Config>> by_selector;
-    for (const auto& c : flashtune::testing::default_space(*f)) by_selector[c.get("mma", 0)].push_back(c);
+    for (const auto& c : flashtune::testing::default_space(*f))
+      for (const auto& p : problems)
+        if (!f->check_problem(p) && !f->can_run(c, p, device)) {
+          by_selector[c.get("mma", 0)].push_back(c);
+          break;
+        }
     std::vector<core::Config> space;
     for (const auto& [value, configs] : by_selector) {
       const auto part = sample(configs);
       space.insert(space.end(), part.begin(), part.end());
     }
-    for (const auto& p : default_problems(*f)) {
+    for (const auto& p : problems) {
       if (f->check_problem(p)) continue;
       for (const auto& c : space) {
         if (f->can_run(c, p, device)) continue;

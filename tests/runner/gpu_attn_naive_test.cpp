@@ -53,7 +53,7 @@ TEST(GpuAttnNaive, MatchesTheReferenceOnEveryMaskGqaAndSinkVariant) {
                                 std::int64_t(core::dtype_size(p.dtype));
     for (const auto& row : q.rows) {
       EXPECT_EQ(std::stoll(row.at(0)), expected_device_bytes(family, p)) << p.key();
-      EXPECT_GE(std::stoll(row.at(0)), expected_device_bytes(*fused, p) + scores) << p.key();
+      EXPECT_GE(std::stoll(row.at(0)), expected_device_bytes(*fused, p, false) + scores) << p.key();  // less attn_fwd's scheduler words
     }
   }
 }

@@ -71,10 +71,14 @@ inline std::int64_t count(const db::Store& s, const std::string& where) {
   return std::stoll(q.rows.at(0).at(0));
 }
 
-// What the runner allocates for a problem: every buffer, in whole 32-bit words.
-inline std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::Problem& p) {
+// What the runner allocates for a problem: every buffer (with_workspaces false: inputs and outputs only), in
+// whole 32-bit words.
+inline std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::Problem& p,
+                                          bool with_workspaces = true) {
   std::int64_t n = 0;
-  for (const auto& b : f.buffers(p)) n += (b.elements * std::int64_t(core::dtype_size(b.dtype)) + 3) / 4 * 4;
+  for (const auto& b : f.buffers(p))
+    if (with_workspaces || b.role != kernels::BufferRole::workspace)
+      n += (b.elements * std::int64_t(core::dtype_size(b.dtype)) + 3) / 4 * 4;
   return n;
 }
 
