@@ -60,10 +60,31 @@ __device__ __forceinline__ void ft_tma_store_4d(const FtTensorMap& map, unsigned
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// Non-tensor bulk copies (no tensor map; `bytes` a multiple of 16, both addresses 16-byte aligned). ft_bulk_load:
+// global -> shared, completing on mbarrier `bar` (count the bytes in its expect_tx), e.g. a tile's LSE and D rows
+// beside its Q and dO boxes. ft_bulk_reduce_add_f32: shared fp32 -> global, each float added to its global
+// counterpart at the L2 (atomically per element against other such adds), in the bulk group of the issuing
+// thread: the backward's fp32 dQ (or GQA dK / dV) partial tiles. Its source may be reused after
+// ft_bulk_wait_read; the sums are visible to later kernels (and to others after a full bulk wait + fence).
+__device__ __forceinline__ void ft_bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void ft_bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ void ft_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void ft_bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// The bulk groups of this thread beyond the newest kPending have completed entirely (their writes done, not only
+// their reads of shared memory).
+template <int kPending>
+__device__ __forceinline__ void ft_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // ---------------------------------------------------------------------------------------------

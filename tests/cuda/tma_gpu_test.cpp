@@ -1,7 +1,9 @@
 // tests/cuda/tma_gpu_test.cpp (label gpu; skips without an sm_90 GPU): the device library's TMA and mbarrier
 // wrappers (kernel_templates/ft/tma.cuh) with a host-encoded tensor map (harness/cuda/tensor_map.hpp): a
 // (rows x head_dim) tile of a (batch, heads, seq, head_dim) bf16 tensor lands in shared memory in exactly the
-// 128-byte-swizzled slab layout the wgmma kernels read (FtSlabOffset, ft/layout.cuh), rows past seq read as zero.
+// 128-byte-swizzled slab layout the wgmma kernels read (FtSlabOffset, ft/layout.cuh), rows past seq read as zero;
+// and the plain bulk copies: a vector loaded on an mbarrier, fp32 tiles of many blocks reduce-added into one
+// global buffer (the backward's dQ accumulation).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -27,6 +29,7 @@ const char* kTmaKernels = R"(
 #include "ft/copy.cuh"
 #include "ft/tma.cuh"
 #include "ft/types.cuh"
+#include "ft/wgmma.cuh"
 
 // One block: the (kRows x kHeadDim) tile of head (b, h) from row s0, one TMA copy per 64-column slab, completing
 // on one mbarrier; then every thread reads it back through FtSlabOffset and writes it out densely.
@@ -50,6 +53,34 @@ __global__ void tma_tile_roundtrip(const __grid_constant__ FtTensorMap map, ft_b
   for (int i = threadIdx.x; i < kRows * kHeadDim; i += blockDim.x) {
     const int r = i / kHeadDim, c = i % kHeadDim;
     out[i] = *reinterpret_cast<const ft_bf16*>(tile + FtSlabOffset<kRows>{}(r, c / 8) + (c % 8) * 2);
+  }
+}
+
+// Block b: loads floats [b kFloats, (b + 1) kFloats) of src into shared memory by one bulk copy on an mbarrier,
+// scales them by b + 1 into a second buffer, and reduce-adds that into acc[0, kFloats) by one bulk reduce.
+template <int kFloats>
+__global__ void bulk_load_reduce(const float* src, float* acc) {
+  __shared__ __align__(128) float in[kFloats];
+  __shared__ __align__(128) float out[kFloats];
+  __shared__ unsigned long long bar_storage;
+  const unsigned bar = ft_smem_u32(&bar_storage);
+  if (threadIdx.x == 0) {
+    ft_mbarrier_init(bar, 1);
+    ft_fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ft_mbarrier_arrive_expect_tx(bar, kFloats * 4);
+    ft_bulk_load(ft_smem_u32(in), src + blockIdx.x * kFloats, kFloats * 4, bar);
+  }
+  ft_mbarrier_wait(bar, 0);
+  for (int i = threadIdx.x; i < kFloats; i += blockDim.x) out[i] = in[i] * float(blockIdx.x + 1);
+  ft_fence_proxy_async();  // the generic-proxy writes of out, before the bulk reduce (async proxy) reads them
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ft_bulk_reduce_add_f32(acc, ft_smem_u32(out), kFloats * 4);
+    ft_bulk_commit();
+    ft_bulk_wait<0>();
   }
 }
 )";
@@ -101,6 +132,43 @@ TEST(TmaGpu, TileLandsInTheWgmmaSlabLayoutAndRowsPastTheTensorReadZero) {
         ASSERT_EQ(got[std::size_t(r) * kDim + c], want) << "s0 " << s0 << " row " << r << " col " << c;
       }
   }
+}
+
+// 96 blocks each bulk-load 1024 floats and reduce-add them, scaled by their block number + 1, into one fp32
+// buffer. Small integers make every sum exact in fp32 whatever order the adds land in, so the check is equality.
+TEST(TmaGpu, BulkLoadsAndReduceAddsOfManyBlocksSumExactly) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  const auto info = cuda::query_device(0);
+  if (info.arch != "sm_90a") GTEST_SKIP() << "bulk copies need sm_90, this GPU is " << info.arch;
+  cuda::Context ctx(0);
+  constexpr int kBlocks = 96, kFloats = 1024;
+  std::vector<float> src(std::size_t(kBlocks) * kFloats), acc0(kFloats);
+  std::mt19937 rng(77);
+  for (auto& x : src) x = float(int(rng() % 17) - 8);
+  for (auto& x : acc0) x = float(int(rng() % 5)) + 0.5f;
+  std::vector<float> want(acc0);
+  for (int b = 0; b < kBlocks; ++b)
+    for (int i = 0; i < kFloats; ++i) want[std::size_t(i)] += src[std::size_t(b) * kFloats + i] * float(b + 1);
+  cuda::DeviceBuffer d_src(src.size() * 4), d_acc(acc0.size() * 4);
+  d_src.upload(src.data(), src.size() * 4);
+  d_acc.upload(acc0.data(), acc0.size() * 4);
+  jit::CompileRequest req;
+  req.source = kTmaKernels;
+  req.source_name = "tma_gpu_test_kernels.cu";
+  req.name_expression = "bulk_load_reduce<1024>";
+  req.arch = info.arch;
+  req.headers = jit::template_headers(std::nullopt);
+  const auto compiled = jit::Compiler(std::nullopt).compile(req);
+  ASSERT_TRUE(compiled.record.ok) << compiled.record.log;
+  cuda::Module module(compiled.cubin);
+  const CUfunction f = module.function(compiled.record.lowered_name);
+  cuda::Stream stream;
+  CUdeviceptr ps = d_src.ptr(), pa = d_acc.ptr();
+  void* args[] = {&ps, &pa};
+  cuda::launch(f, {kBlocks, 1, 1}, {256, 1, 1}, 0, stream.get(), args);
+  std::vector<float> got(kFloats);
+  d_acc.download(got.data(), got.size() * 4, stream.get());
+  for (int i = 0; i < kFloats; ++i) ASSERT_EQ(got[std::size_t(i)], want[std::size_t(i)]) << "element " << i;
 }
 
 TEST(TmaGpu, AMalformedTensorMapIsAnErrorNamingItsShape) {
