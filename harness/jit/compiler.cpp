@@ -53,43 +53,16 @@ std::optional<std::string> cuda_include_dir() {
   return dir;
 }
 
-// Names in `#include "x"` / `#include <x>` lines of `text` (all of them, whatever #if they sit in).
-std::vector<std::string> included_names(const std::string& text) {
-  std::vector<std::string> names;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::size_t i = line.find_first_not_of(" \t");
-    if (i == std::string::npos || line[i] != '#') continue;
-    i = line.find_first_not_of(" \t", i + 1);
-    if (i == std::string::npos || line.compare(i, 7, "include") != 0) continue;
-    i = line.find_first_not_of(" \t", i + 7);
-    if (i == std::string::npos || (line[i] != '"' && line[i] != '<')) continue;
-    const char close = line[i] == '"' ? '"' : '>';
-    const std::size_t end = line.find(close, i + 1);
-    if (end != std::string::npos) names.push_back(line.substr(i + 1, end - i - 1));
-  }
-  return names;
-}
-
 // The headers `req` can reach through includes: embedded templates, overlaid by req.headers.
 std::vector<TemplateFile> reachable_headers(const CompileRequest& req) {
   std::map<std::string, std::string> available;
   for (TemplateFile& t : template_headers(std::nullopt)) available[t.name] = std::move(t.text);
   for (const TemplateFile& t : req.headers) available[t.name] = t.text;
-
-  std::set<std::string> seen;
-  std::vector<std::string> todo = included_names(req.source);
-  while (!todo.empty()) {
-    const std::string name = todo.back();
-    todo.pop_back();
-    auto it = available.find(name);
-    if (it == available.end() || !seen.insert(name).second) continue;
-    for (std::string& n : included_names(it->second)) todo.push_back(std::move(n));
-  }
-  std::vector<TemplateFile> out;
-  for (const std::string& name : seen) out.push_back({name, available[name]});
-  return out;
+  std::vector<TemplateFile> headers;
+  for (auto& [name, text] : available) headers.push_back({name, std::move(text)});
+  std::vector<TemplateFile> out = include_closure(included_names(req.source), headers);
+  std::sort(out.begin(), out.end(), [](const TemplateFile& a, const TemplateFile& b) { return a.name < b.name; });
+  return out;  // by name, as NVRTC's header table and the cache key take them
 }
 
 std::string join(const std::vector<std::string>& parts) {

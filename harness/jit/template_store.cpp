@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "harness/core/types.hpp"
@@ -55,6 +56,41 @@ std::string load_template(const std::string& file, const std::optional<std::file
   std::string msg = "unknown kernel template '" + file + "' (embedded: " + (known.empty() ? "none" : known) + ")";
   if (override_dir) msg += "; not in the override folder " + override_dir->string() + " either";
   throw core::UserError(msg);
+}
+
+std::vector<std::string> included_names(const std::string& text) {
+  std::vector<std::string> names;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string::npos || line[i] != '#') continue;
+    i = line.find_first_not_of(" \t", i + 1);
+    if (i == std::string::npos || line.compare(i, 7, "include") != 0) continue;
+    i = line.find_first_not_of(" \t", i + 7);
+    if (i == std::string::npos || (line[i] != '"' && line[i] != '<')) continue;
+    const char close = line[i] == '"' ? '"' : '>';
+    const std::size_t end = line.find(close, i + 1);
+    if (end != std::string::npos) names.push_back(line.substr(i + 1, end - i - 1));
+  }
+  return names;
+}
+
+std::vector<TemplateFile> include_closure(const std::vector<std::string>& roots, const std::vector<TemplateFile>& headers) {
+  std::map<std::string, const std::string*> by_name;
+  for (const TemplateFile& t : headers) by_name[t.name] = &t.text;
+  std::vector<TemplateFile> out;
+  std::set<std::string> seen;
+  std::vector<std::string> todo(roots);
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    const auto it = by_name.find(name);
+    if (it == by_name.end() || !seen.insert(name).second) continue;
+    out.push_back({name, *it->second});
+    for (std::string& n : included_names(*it->second)) todo.push_back(std::move(n));
+  }
+  return out;
 }
 
 std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::path>& override_dir) {

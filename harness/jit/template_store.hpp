@@ -28,6 +28,15 @@ std::string load_template(const std::string& file, const std::optional<std::file
 /// when present, plus the *.cuh files only `override_dir` has. Sorted by name.
 std::vector<TemplateFile> template_headers(const std::optional<std::filesystem::path>& override_dir);
 
+/// Names in `#include "x"` / `#include <x>` lines of `text` (all of them, whatever #if they sit in).
+std::vector<std::string> included_names(const std::string& text);
+
+/// The templates reachable from `roots` through #include, each once, in the order of a depth-first walk that takes
+/// the last include first (the order every source hash is made in: keep it), looked up in `headers` (as
+/// template_headers() gives them); names it lacks (toolkit headers) are skipped. The one include walker: the
+/// compiler's header table and the runner's source hash both use it.
+std::vector<TemplateFile> include_closure(const std::vector<std::string>& roots, const std::vector<TemplateFile>& headers);
+
 /// Writes every embedded template into `dir` under its name (the device library into dir/ft/), each text passed
 /// through `edit(name, text)` when given: the start of an override folder (a researcher's copy to edit, a test's
 /// planted bug). Throws core::Error naming the file it cannot write.

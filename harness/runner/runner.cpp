@@ -827,22 +827,9 @@ void request_stop() { g_stop = true; }
 
 std::string template_source_hash(const std::string& file, const std::optional<std::filesystem::path>& templates) {
   // The file and, transitively, every template it includes: editing a shared header changes the hash.
-  static const std::regex include_re(R"re(^\s*#\s*include\s*"([^"]+)")re");
+  jit::load_template(file, templates);  // an unknown file is the error it names
   std::string all;
-  std::vector<std::string> todo{file};
-  std::set<std::string> seen;
-  while (!todo.empty()) {
-    const std::string name = todo.back();
-    todo.pop_back();
-    if (!seen.insert(name).second) continue;
-    const std::string text = jit::load_template(name, templates);
-    all += name + '\n' + text + '\n';
-    std::istringstream in(text);
-    std::string line;
-    std::smatch m;
-    while (std::getline(in, line))
-      if (std::regex_search(line, m, include_re)) todo.push_back(m[1]);
-  }
+  for (const auto& t : jit::include_closure({file}, jit::template_headers(templates))) all += t.name + '\n' + t.text + '\n';
   return core::hash_hex(all);
 }
 

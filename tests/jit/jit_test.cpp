@@ -292,6 +292,23 @@ TEST(PtxasReport, ParsesOlderFormatWithConstantBanks) {
   EXPECT_EQ(r.spill_load_bytes, 8);
 }
 
+// The one include walker: depth first, last include first, each template once, toolkit headers skipped; the
+// order is the one source hashes are made in.
+TEST(TemplateStore, IncludeClosureWalksDepthFirstLastIncludeFirstEachOnce) {
+  const std::vector<jit::TemplateFile> headers{
+      {"a.cuh", "#include \"b.cuh\"\n  #  include <cuda_fp16.h>\n#include \"ft/c.cuh\"\n"},
+      {"b.cuh", "#pragma once\n#include \"ft/c.cuh\"\n#include \"d.cuh\"\n"},
+      {"ft/c.cuh", "// c\n"},
+      {"d.cuh", "#include \"a.cuh\"\n"},  // a cycle
+      {"unused.cuh", ""},
+  };
+  EXPECT_EQ(jit::included_names(headers[0].text), (std::vector<std::string>{"b.cuh", "cuda_fp16.h", "ft/c.cuh"}));
+  std::vector<std::string> order;
+  for (const auto& t : jit::include_closure({"a.cuh"}, headers)) order.push_back(t.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"a.cuh", "ft/c.cuh", "b.cuh", "d.cuh"}));
+  EXPECT_TRUE(jit::include_closure({"missing.cuh"}, headers).empty());
+}
+
 TEST(TemplateStore, UnknownTemplateIsAUserErrorNamingIt) {
   try {
     jit::load_template("no_such_template.cuh", std::nullopt);
