@@ -19,8 +19,6 @@
 #include <iostream>
 #include <memory>
 #include <random>
-#include <regex>
-#include <set>
 #include <sstream>
 
 #include "db/store.hpp"
@@ -827,9 +825,11 @@ void request_stop() { g_stop = true; }
 
 std::string template_source_hash(const std::string& file, const std::optional<std::filesystem::path>& templates) {
   // The file and, transitively, every template it includes: editing a shared header changes the hash.
-  jit::load_template(file, templates);  // an unknown file is the error it names
+  auto headers = jit::template_headers(templates);
+  if (std::none_of(headers.begin(), headers.end(), [&](const jit::TemplateFile& t) { return t.name == file; }))
+    headers.push_back({file, jit::load_template(file, templates)});  // not in the table; unknown: the error names it
   std::string all;
-  for (const auto& t : jit::include_closure({file}, jit::template_headers(templates))) all += t.name + '\n' + t.text + '\n';
+  for (const auto& t : jit::include_closure({file}, headers)) all += t.name + '\n' + t.text + '\n';
   return core::hash_hex(all);
 }
 

@@ -23,6 +23,7 @@
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/family.hpp"
 #include "reference/dtype.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 
 namespace flashtune::testing {
 
@@ -82,13 +83,9 @@ class Launcher {
     const auto specs = f.buffers(p);
     ASSERT_EQ(specs.size(), tensors.size()) << f.name();
     ASSERT_EQ(f.can_run(c, p, m_info.limits), std::nullopt) << f.name() << " " << c.key();
-    jit::CompileRequest req;
-    req.source_name = f.template_file_for(c, p);
-    req.source = jit::load_template(req.source_name, std::nullopt);
-    req.name_expression = f.specialize(c, p).name_expression;
-    req.arch = m_info.arch;
-    req.headers = jit::template_headers(std::nullopt);
-    const auto out = jit::Compiler(std::nullopt).compile(req);
+    const std::string file = f.template_file_for(c, p);
+    const auto out =
+        compile_kernel(jit::load_template(file, std::nullopt), file, f.specialize(c, p).name_expression, m_info.arch);
     ASSERT_TRUE(out.record.ok) << out.record.log;
     cuda::Module module(out.cubin);
     const CUfunction fn = module.function(out.record.lowered_name);

@@ -20,6 +20,7 @@
 #include "harness/cuda/tensor_map.hpp"
 #include "harness/jit/compiler.hpp"
 #include "harness/jit/template_store.hpp"
+#include "tests/kernels/kernel_test_support.hpp"
 
 using namespace flashtune;
 
@@ -104,13 +105,8 @@ TEST(TmaGpu, TileLandsInTheWgmmaSlabLayoutAndRowsPastTheTensorReadZero) {
   spec.box = {64, kRows, 1, 1};
   const CUtensorMap map = cuda::encode_tensor_map(spec);
 
-  jit::CompileRequest req;
-  req.source = kTmaKernels;
-  req.source_name = "tma_gpu_test_kernels.cu";
-  req.name_expression = "tma_tile_roundtrip<64, 128>";
-  req.arch = info.arch;
-  req.headers = jit::template_headers(std::nullopt);
-  const auto compiled = jit::Compiler(std::nullopt).compile(req);
+  const auto compiled =
+      flashtune::testing::compile_kernel(kTmaKernels, "tma_gpu_test_kernels.cu", "tma_tile_roundtrip<64, 128>", info.arch);
   ASSERT_TRUE(compiled.record.ok) << compiled.record.log;
   cuda::Module module(compiled.cubin);
   const CUfunction f = module.function(compiled.record.lowered_name);
@@ -152,13 +148,8 @@ TEST(TmaGpu, BulkLoadsAndReduceAddsOfManyBlocksSumExactly) {
   cuda::DeviceBuffer d_src(src.size() * 4), d_acc(acc0.size() * 4);
   d_src.upload(src.data(), src.size() * 4);
   d_acc.upload(acc0.data(), acc0.size() * 4);
-  jit::CompileRequest req;
-  req.source = kTmaKernels;
-  req.source_name = "tma_gpu_test_kernels.cu";
-  req.name_expression = "bulk_load_reduce<1024>";
-  req.arch = info.arch;
-  req.headers = jit::template_headers(std::nullopt);
-  const auto compiled = jit::Compiler(std::nullopt).compile(req);
+  const auto compiled =
+      flashtune::testing::compile_kernel(kTmaKernels, "tma_gpu_test_kernels.cu", "bulk_load_reduce<1024>", info.arch);
   ASSERT_TRUE(compiled.record.ok) << compiled.record.log;
   cuda::Module module(compiled.cubin);
   const CUfunction f = module.function(compiled.record.lowered_name);

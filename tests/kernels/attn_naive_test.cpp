@@ -130,14 +130,10 @@ TEST(AttnNaive, CanRunAndCheckProblemGiveReasons) {
 TEST(AttnNaive, NameExpressionCompilesForSm80AndSm90a) {
   const auto p = problem(core::DType::f16, 1, 4, 2, 9, 9, 64, {{"causal", 1}, {"learned_sinks", 1}});
   for (const std::string arch : {"sm_80", "sm_90a"}) {
-    jit::CompileRequest req;
-    req.source = testing::read_template("attn_naive.cuh");
-    req.source_name = "attn_naive.cuh";
-    req.name_expression = family().specialize(config(512), p).name_expression;
-    req.arch = arch;
-    req.headers = jit::template_headers(std::nullopt);
-    const auto one = jit::Compiler(std::nullopt).compile(req);
-    ASSERT_TRUE(one.record.ok) << req.name_expression << "\n" << one.record.log;
+    const std::string name_expression = family().specialize(config(512), p).name_expression;
+    const auto one =
+        testing::compile_kernel(testing::read_template("attn_naive.cuh"), "attn_naive.cuh", name_expression, arch);
+    ASSERT_TRUE(one.record.ok) << name_expression << "\n" << one.record.log;
     EXPECT_FALSE(one.record.lowered_name.empty());
     EXPECT_EQ(one.record.resources.spill_store_bytes, 0);
   }

@@ -134,6 +134,18 @@ struct BatchCompile {
   int max_registers = 0;
 };
 
+/// `name_expression` of `source` (`source_name` in logs; it may include any kernel template) compiled for `arch`.
+inline jit::CompileOutput compile_kernel(const std::string& source, const std::string& source_name,
+                                         const std::string& name_expression, const std::string& arch) {
+  jit::CompileRequest req;
+  req.source = source;
+  req.source_name = source_name;
+  req.name_expression = name_expression;
+  req.arch = arch;
+  req.headers = jit::template_headers(std::nullopt);
+  return jit::Compiler(std::nullopt).compile(req);
+}
+
 /// Compiles `source` plus one explicit instantiation per entry of `instantiations` (each a full
 /// declaration such as "template __global__ void k<float, 128>(float*, int);") for `arch`.
 inline BatchCompile compile_instantiations(const std::string& source, const std::string& source_name,

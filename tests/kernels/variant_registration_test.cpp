@@ -114,17 +114,13 @@ studies:
   ASSERT_EQ(f->can_run(narrow[0], p, sm80), std::nullopt);
 
   const auto& info = dynamic_cast<const OperationBase&>(*f).selected(narrow[0], p);
-  jit::CompileRequest req;
-  req.source_name = info.template_file;
-  req.source = jit::load_template(info.template_file, std::nullopt);
-  req.name_expression = f->specialize(narrow[0], p).name_expression;
-  req.arch = "sm_80";
-  req.headers = jit::template_headers(std::nullopt);
-  const auto out = jit::Compiler(std::nullopt).compile(req);
+  const std::string name_expression = f->specialize(narrow[0], p).name_expression;
+  const std::string source = jit::load_template(info.template_file, std::nullopt);
+  const auto out = flashtune::testing::compile_kernel(source, info.template_file, name_expression, "sm_80");
   ASSERT_TRUE(out.record.ok) << out.record.log;
   EXPECT_FALSE(out.cubin.empty());
   EXPECT_GT(out.record.resources.registers, 0) << out.record.log;  // ptxas compiled the kernel
-  EXPECT_EQ(req.name_expression, "attn_fwd_mma_kernel<ft_bf16, 64, 64, 64, 4, 2, false, true, false>");
+  EXPECT_EQ(name_expression, "attn_fwd_mma_kernel<ft_bf16, 64, 64, 64, 4, 2, false, true, false>");
 }
 
 }  // namespace
