@@ -6,11 +6,12 @@
 //   attn_bwd_fused_wgmma_kernel  the attn_bwd_fused family: the same loop also adds dQ's share of every item
 //                                (dS K) into an fp32 accumulator with atomics, so dK, dV and dQ take one pass;
 //                                a second launch of it (convert = 1) writes dQ = scale * accumulator in T.
-// The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader, the mask, P from LSE)
-// are the device library's (ft/).
+// The building blocks (FtWgmma, descriptors, fences, the 128-byte-swizzled tile loader, the mask, P from LSE,
+// the per-item steps of ft/attn_bwd.cuh) are the device library's (ft/).
 #pragma once
 
 #include "attn_params.cuh"
+#include "ft/attn_bwd.cuh"
 #include "ft/copy.cuh"
 #include "ft/items.cuh"
 #include "ft/mask.cuh"
@@ -56,8 +57,6 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   enum : int {
     kThreads = kWarpgroups * 128,
     kBlockN = 64 * kWarpgroups,
-    kQCols = kBlockM / 8,                    // 8-query accumulator tiles of S^T, dP^T
-    kKSteps = kHeadDim / 16,                 // k16 steps of K Q^T, V dO^T
     kPSteps = kBlockM / 16,                  // k16 steps of P^T dO, dS^T Q
     kKvBytes = kBlockN * kHeadDim * 2,
     kTileBytes = kBlockM * kHeadDim * 2,
@@ -134,25 +133,9 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   const int key0 = n0 + wg * 64 + (warp % 4) * 16 + g;  // this thread's keys: key0 and key0 + 8
   const float scale_log2 = scale * kLog2e;
 
-  // acc (64 x kBlockM) = A rows of this warpgroup (K or V) times B^T (Q or dO tile), both K-major.
-  auto issue_rows_by_rows = [&](float* acc, unsigned a_wg, unsigned smem_b) {
-    ft_wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
-      const unsigned long long da = ft_wgmma_desc(a_wg + unsigned((ks / 4) * kSlabKv) + kofs, 16, 1024);
-      const unsigned long long db = ft_wgmma_desc(smem_b + unsigned((ks / 4) * kSlabQ) + kofs, 16, 1024);
-      FtWgmma<T, kBlockM>::template ss<0>(acc, da, db, ks > 0);
-    }
-    ft_wgmma_commit();
-  };
   // acc (64 x kHeadDim) += A fragments (64 x kBlockM) times the tile at smem_b (kBlockM x kHeadDim), N-major.
   auto issue_regs_by_tile = [&](float* acc, const unsigned (*af)[4], unsigned smem_b) {
     ft_wgmma_regs_by_tile<T, kHeadDim, kPSteps>(acc, af, smem_b, kSlabQ);
-  };
-  // Accumulators (64 x kBlockM) rounded to T as the m16n8k16 A fragments of the next product.
-  auto pack_a = [&](const float* s, unsigned (*af)[4]) {
-    ft_pack_a_tile<T, kQCols>(*reinterpret_cast<unsigned(*)[kPSteps][4]>(af), *reinterpret_cast<const float(*)[kQCols][4]>(s));
   };
 
   for (int i = 0; i < n_items; ++i) {
@@ -169,51 +152,11 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
     const float* d_s = lse_s + kBlockM;
 
     float s[kBlockM / 2], dp[kBlockM / 2];
-    issue_rows_by_rows(s, k_wg, smem_q);    // S^T
-    issue_rows_by_rows(dp, v_wg, smem_do);  // dP^T, running while P^T is computed
-    ft_wgmma_wait<1>();
-    ft_fence_regs<kBlockM / 2>(s);
-    const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
-    ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
-      constexpr bool kMasked = decltype(masked)::value;
-#pragma unroll
-      for (int nt = 0; nt < kQCols; ++nt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = nt * 8 + 2 * t4 + e;
-            float& x = s[nt * 4 + 2 * r + e];
-            const float p = ft_prob_from_lse<false>(x, scale_log2, lse_s[col] * kLog2e);
-            const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
-            x = vis ? p : 0.f;
-          }
-    });
     unsigned af[kPSteps][4];
-    pack_a(s, af);
-    ft_wgmma_wait<0>();  // dP^T
-    ft_fence_regs<kBlockM / 2>(dp);
-    issue_regs_by_tile(dv_acc, af, smem_do);  // dV += P^T dO
-#pragma unroll
-    for (int nt = 0; nt < kQCols; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = s[nt * 4 + c] * (dp[nt * 4 + c] - d_s[nt * 8 + 2 * t4 + (c & 1)]);
-    ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
-    ft_fence_regs<kHeadDim / 2>(dv_acc);
-    pack_a(dp, af);
-    if constexpr (kFusedDq) {  // dS^T rows of this warpgroup into the shared tile, as T (the values dK uses)
-      // Row key0 - n0 (and + 8): 16-byte chunk nt % 8 of 64-query slab nt / 8 sits at chunk (nt % 8) ^ g.
-      // The base is recomputed each item (an opaque copy), so the compiler keeps no per-chunk addresses.
-      unsigned ds_row;
-      asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned((key0 - n0) * 128 + 4 * t4)));
-#pragma unroll
-      for (int nt = 0; nt < kQCols; ++nt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const unsigned at = ds_row + unsigned((nt / 8) * kSlabDs + r * 1024 + (((nt % 8) ^ g) << 4));
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(af[nt / 2][(nt % 2) * 2 + r]) : "memory");
-        }
-    }
+    ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN>(s, dp, af, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+                                                      seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
+    // dS^T rows of this warpgroup into the shared tile, as T (the values dK uses)
+    if constexpr (kFusedDq) ft_bwd_store_ds_t<kBlockM, kSlabDs>(smem_ds, af, key0 - n0, g, t4);
     issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
     if constexpr (kFusedDq) {
       ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
@@ -226,14 +169,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
         const int rb = piece / kDqSplit, col0 = (piece % kDqSplit) * kDqN;
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
-        ft_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kBlockN / 16; ++ks) {
-          const unsigned long long da = ft_wgmma_desc(smem_ds + unsigned(rb * kSlabDs + ks * 2048), kSlabDs, 1024);
-          const unsigned long long db = ft_wgmma_desc(smem_k + unsigned((col0 / 64) * kSlabKv + ks * 2048), kSlabKv, 1024);
-          FtWgmma<T, kDqN>::template ss<1, 1>(dq, da, db, ks > 0);
-        }
-        ft_wgmma_commit();
+        ft_bwd_issue_dq<T, kDqN, kBlockN, kSlabDs, kSlabKv>(dq, smem_ds + unsigned(rb * kSlabDs), smem_k + unsigned((col0 / 64) * kSlabKv));
         ft_wgmma_wait<0>();
         ft_fence_regs<kDqN / 2>(dq);
         const int row0 = m0 + rb * 64 + (warp % 4) * 16 + g;
@@ -257,19 +193,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
 
-  // dK (times scale) and dV of this thread's two keys, in T.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key0 + 8 * r;
-    if (key >= n1) continue;
-    const long long at = b * k_sb + h_kv * k_sh + key * k_ss;
-#pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      *reinterpret_cast<unsigned*>(dk + at + dt * 8 + 2 * t4) =
-          FtMma<T>::pack(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
-      *reinterpret_cast<unsigned*>(dv + at + dt * 8 + 2 * t4) = FtMma<T>::pack(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
-    }
-  }
+  ft_bwd_store_dkdv<T, kHeadDim>(dk, dv, dk_acc, dv_acc, b * k_sb + h_kv * k_sh, k_ss, key0, n1, scale, t4);
 }
 
 // The loop above on the members of a kernel's FtAttnBwdParams (fused: dQ accumulated into p.ws). It takes

@@ -71,6 +71,16 @@ struct FtAttnBwdParams {
   float scale;     // softmax scale
 };
 
+// The TMA backward (attn_bwd_fused_tma_kernel, attn_bwd_sm90_tma.cuh): the backward's members, then tensor maps
+// of Q, K, V and dO, each 4-D (head_dim, seq, heads, batch; innermost first) over the 16-bit tensor with the
+// 128-byte swizzle, boxes of 64 columns x block_m rows (Q, dO) or block_n rows (K, V). The host encodes them per
+// launch.
+template <typename T>
+struct FtAttnBwdTmaParams {
+  FtAttnBwdParams<T> a;
+  FtTensorMap q_map, k_map, v_map, do_map;
+};
+
 // The materialized-score baselines' kernels (attn_naive, attn_eager: cuBLAS GEMMs around them).
 // attn_naive_softmax_kernel: S (batch, heads_q, seq_q, seq_k) -> P in place, LSE per row.
 template <typename T>
@@ -142,6 +152,12 @@ struct FtAttnSmem {
   static constexpr FT_HOST_DEVICE long long bwd_wgmma(int hd, int bm, int bn, int stages, bool fused) {
     return 4LL * bn * hd + (fused ? 2LL * bn * bm : 0) + stages * bwd_wgmma_stage(hd, bm) + 1024;
   }
+  // attn_bwd_fused_tma_kernel: from the first 1024-byte boundary the K and V tiles, `stages` x (Q, dO, LSE, D)
+  // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd), then the mbarriers
+  // (8 bytes each): K / V full, per stage full, per stage empty.
+  static constexpr FT_HOST_DEVICE long long bwd_tma(int hd, int bm, int bn, int stages) {
+    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd + 8LL * (1 + 2 * stages);
+  }
   // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
   static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {
     return 4LL * ((bm + 2LL * stages * bn) * (hd + 4) + (tf32 ? 0 : bm * (bn + 8LL)));
@@ -176,10 +192,21 @@ struct FtWarpRoleRegs {
   }
 };
 
+// The dQ split of the TMA backward (attn_bwd_fused_tma_kernel; the host's register estimate): a block_m x head_dim
+// dQ tile is block_m / 64 row blocks x split() column chunks of head_dim / split() columns (64 or 128), its pieces
+// dealt round-robin to the consumer warpgroups.
+struct FtBwdDqSplit {
+  static constexpr FT_HOST_DEVICE int split(int head_dim, int block_m, int consumers) {
+    const int s = consumers / (block_m / 64);
+    return s < 1 ? 1 : (s > head_dim / 64 ? head_dim / 64 : s);
+  }
+};
+
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 4 * 128, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 4 maps");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif

@@ -1,10 +1,13 @@
-// harness/kernels/attn_bwd_fused.cpp: the attn_bwd_fused operation, dK, dV and dQ in one pass, and its one variant
-// (kernel_templates/attn_bwd_sm90.cuh, sm_90a): the wgmma dkdv loop, which also adds each item's dS K into an fp32
-// dQ accumulator (the workspace) with atomics; prepare() zeroes it before every launch, outside the timed region;
-// launch() runs the pass, then the same kernel with convert = 1 (dq = scale * accumulator in the dtype, timed with
-// it). Not deterministic in dQ (the atomics' order); dK and dV are. The tuner's alternative to attn_bwd_dkdv +
-// attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
+// harness/kernels/attn_bwd_fused.cpp: the attn_bwd_fused operation, dK, dV and dQ in one pass (sm_90a), and its
+// variants, picked by the tunable mma: 90, the wgmma dkdv loop with cp.async (kernel_templates/attn_bwd_sm90.cuh),
+// which also adds each item's dS K into an fp32 dQ accumulator (the workspace) with atomics; 91, the warp-
+// specialized TMA kernel (attn_bwd_sm90_tma.cuh: a producer warpgroup, consumer warpgroups of 64 keys, dQ staged
+// in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order).
+// launch() zeroes the accumulator, runs the pass, then the same kernel with convert = 1 (dq = scale * accumulator
+// in the dtype), all three timed. Not deterministic in dQ (the adds' order); dK and dV are. The tuner's
+// alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
 #include <algorithm>
+#include <cstring>
 
 #include "harness/cuda/buffer.hpp"
 #include "harness/kernels/attn_bwd_stage.hpp"
@@ -15,13 +18,23 @@ namespace {
 
 using namespace attn_bwd;
 
+std::string n(std::int64_t v) { return std::to_string(v); }
+
+// The accumulator's rows per (batch, query head): whole 64-row blocks (the mma 91 layout; mma 90 uses the first
+// seq_q of them, row-major).
+std::int64_t acc_rows(const Shape& s) { return (s.seq_q + 63) / 64 * 64; }
+std::int64_t acc_elements(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) * s.head_dim; }
+
 class FusedWgmma final : public GradVariant {
  public:
   FusedWgmma()
-      : GradVariant({"sm90_wgmma", "attn_bwd_sm90.cuh", {core::DType::f16, core::DType::bf16}, 0, "", {},
+      : GradVariant({"sm90_wgmma", "attn_bwd_sm90.cuh", {core::DType::f16, core::DType::bf16}, 90,
+                     "90 = wgmma, cp.async, dQ by fp32 atomics (sm_90a)", {},
                      {"block_n == 16 * num_warps", "num_warps % 4 == 0", "block_m == 64 || block_m == 128",
                       "head_dim % 64 == 0"}}) {}
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    if (c.mma != 90 && c.mma != 80)  // 80: a config recorded before the selector (this kernel ran it)
+      return "mma must be 90 (wgmma, cp.async) or 91 (TMA, warp-specialized), not " + n(c.mma);
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -49,15 +62,82 @@ class FusedWgmma final : public GradVariant {
   }
 };
 
+// mma 91: the producer warpgroup (TMA) and num_warps / 4 consumer warpgroups of 64 keys each; the block has 128
+// threads more than num_warps says.
+class FusedTma final : public GradVariant {
+ public:
+  FusedTma()
+      : GradVariant({"sm90_tma", "attn_bwd_sm90_tma.cuh", {core::DType::f16, core::DType::bf16}, 91,
+                     "91 = TMA + warp-specialized wgmma (sm_90a; a producer warpgroup, num_warps / 4 <= 2 consumer "
+                     "warpgroups of 64 keys, dQ by bulk fp32 reduce-adds; head_dim 64 or 128)",
+                     {}, {"mma != 91 || (num_warps <= 8 && head_dim <= 128)"}}) {}
+  std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    if (c.num_warps > 8 || s.head_dim > 128)
+      return "mma 91: at most 2 consumer warpgroups (num_warps 4 or 8) and head_dim 64 or 128";
+    const int consumers = int(c.warpgroups());
+    if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), 0)) return "mma 91: " + *why;
+    const std::int64_t cap = FtWarpRoleRegs::consumer(consumers, 1), regs = registers(c, s);
+    if (regs > cap)
+      return "mma 91: about " + n(regs) + " registers per consumer thread needed (" + n(consumers) +
+             " consumer warpgroups get " + n(cap) + ")";
+    return std::nullopt;
+  }
+  std::string name_expression(const BwdConfig& c, const Shape& s) const override {
+    return wgmma_name("attn_bwd_fused_tma_kernel", c, s);
+  }
+  // One block per key tile, per kv head; the producer's 128 threads on top.
+  LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
+    LaunchShape l = grad_launch((s.seq_k + c.block_n - 1) / c.block_n, s.heads_kv, c, s, smem_bytes(c, s));
+    l.block[0] += 128;
+    return l;
+  }
+  // FtAttnBwdTmaParams: the backward's struct, then the maps of Q, K, V, dO (4-D, 64-column boxes).
+  std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
+    auto& params = std::get<ParamsArg>(shared.at(0));
+    BwdParams a;
+    std::memcpy(&a, params.bytes.data(), sizeof a);
+    using Tma = FtAttnBwdTmaParams<void>;
+    params.grow(sizeof(Tma));
+    const std::uint64_t hd = std::uint64_t(s.head_dim);
+    auto tile = [&](std::size_t offset, int buffer, std::int64_t seq, std::int64_t heads, long long ss, long long sh,
+                    long long sb, std::int64_t rows) {
+      params.map({offset, buffer, s.dtype, {hd, std::uint64_t(seq), std::uint64_t(heads), std::uint64_t(s.batch)},
+                  {std::uint64_t(ss) * 2, std::uint64_t(sh) * 2, std::uint64_t(sb) * 2}, {64, std::uint32_t(rows), 1, 1}});
+    };
+    tile(offsetof(Tma, q_map), kQ, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    tile(offsetof(Tma, do_map), kDout, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    tile(offsetof(Tma, k_map), kK, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    tile(offsetof(Tma, v_map), kV, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    return shared;
+  }
+
+ private:
+  static std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) {
+    return FtAttnSmem::bwd_tma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages));
+  }
+  // Per consumer thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is
+  // larger), the A fragments (block_m / 4), ~32 others (session 22, NVRTC 13.0: at 248 by this count, head_dim 64
+  // with 128-row items and one consumer warpgroup spilled 80-120 bytes; two warpgroups at head_dim 128, 240 by it,
+  // spill 20-32 under their 240 cap).
+  static std::int64_t registers(const BwdConfig& c, const Shape& s) {
+    const std::int64_t hd = s.head_dim, bm = c.block_m;
+    const std::int64_t piece = hd / FtBwdDqSplit::split(int(hd), int(bm), int(c.warpgroups())) / 2;
+    return hd + bm / 2 + std::max(bm / 2, piece) + bm / 4 + 32;
+  }
+};
+
 class AttnBwdFused final : public GradStage {
  public:
-  AttnBwdFused() { add_variant(std::make_unique<FusedWgmma>()); }
+  AttnBwdFused() : GradStage(Selector{"mma", &BwdConfig::mma, "tensor-core kernel: "}) {
+    add_variant(std::make_unique<FusedWgmma>());
+    add_variant(std::make_unique<FusedTma>());
+  }
   std::string name() const override { return "attn_bwd_fused"; }
   std::string template_file() const override { return "attn_bwd_sm90.cuh"; }
   std::string stage() const override { return "backward_fused"; }
   std::string description() const override {
     return "attention backward dK, dV and dQ in one pass (sm_90a wgmma): attn_bwd_dkdv's key-tile loop, dQ added "
-           "into an fp32 accumulator with atomics (zeroed before every launch, untimed), then converted";
+           "into an fp32 accumulator (zeroed in the launch, timed), then converted";
   }
   std::vector<core::DType> dtypes() const override { return {core::DType::f16, core::DType::bf16}; }
   std::optional<std::string> check_problem(const core::Problem& p) const override {
@@ -65,15 +145,15 @@ class AttnBwdFused final : public GradStage {
     return GradStage::check_problem(p);
   }
   bool launches_itself() const override { return true; }
-  void prepare(const LaunchEnv& env, const core::Config&, const core::Problem& p) const override {
-    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(Shape(p).elements_q()), 0u, static_cast<CUstream>(env.stream));
-  }
+  // The accumulator zeroed, the pass, the conversion (grid over the accumulator's 64-row blocks, four floats a
+  // thread): all in the timed launch, as a caller of the backward pays them.
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
     attn::expect_buffers(env, std::size_t(kFusedAcc + 1), name());
+    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(acc_elements(s)), 0u, static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
     launch_pass(env, args);
-    const std::int64_t quads = s.seq_q * s.head_dim / 4, threads = env.shape.threads_per_block();
+    const std::int64_t quads = acc_rows(s) * s.head_dim / 4, threads = env.shape.threads_per_block();
     launch_second_pass(env, args, offsetof(BwdParams, convert),
                        {unsigned((quads + threads - 1) / threads), unsigned(s.heads_q), unsigned(s.batch)});
   }
@@ -86,7 +166,7 @@ class AttnBwdFused final : public GradStage {
         {"block_m", {64, 128}, "query rows per item (the N of S^T = K Q^T)"},
         {"block_n", {64, 128}, "keys per block: 64 per warpgroup"},
         {"num_warps", {4, 8}, "warps per block (a warpgroup = 4 warps)"},
-        {"num_stages", {1, 2}, "items in flight (cp.async pipeline depth)"},
+        {"num_stages", {1, 2}, "items in flight (pipeline depth: cp.async stages, mma 91 TMA stages)"},
     };
   }
   std::vector<Binding> bindings(const BwdConfig&, const Shape&) const override {
@@ -96,7 +176,7 @@ class AttnBwdFused final : public GradStage {
     return b;
   }
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
-    b.push_back({"dq_accum", core::DType::f32, s.elements_q(), BufferRole::workspace, 0, 0});
+    b.push_back({"dq_accum", core::DType::f32, acc_elements(s), BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};

@@ -228,9 +228,10 @@ std::vector<BufferSpec> GradStage::buffers(const core::Problem& p) const {
   return b;
 }
 
-std::vector<KernelArg> GradStage::arguments(const core::Config& c, const core::Problem& p) const {
+std::vector<KernelArg> GradStage::arguments(const core::Config& config, const core::Problem& p) const {
   const Shape s(p);
-  return {bwd_params(s, bindings(BwdConfig(c), s))};
+  const BwdConfig c(config);
+  return variant_for(c, s).arguments(c, s, {bwd_params(s, bindings(c, s))});  // the TMA variant adds its maps
 }
 
 /// Element-wise tolerance on top of twice the naive fp32 error: the kernel rounds P and dS to the input

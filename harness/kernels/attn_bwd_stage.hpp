@@ -117,6 +117,7 @@ class GradStage : public BwdOperation<BwdConfig> {
   using BwdOperation::BwdOperation;
   std::string template_file() const override { return "attn_bwd.cuh"; }
   std::vector<BufferSpec> buffers(const core::Problem& p) const override;
+  /// The parameter struct of bwd_params() over bindings(), as the config's variant extends it (mma 91: tensor maps).
   std::vector<KernelArg> arguments(const core::Config& c, const core::Problem& p) const override;
   /// Element-wise tolerance on top of twice the naive fp32 error (attn_bwd_stage.cpp says why).
   double default_atol(const core::Problem& p) const override;

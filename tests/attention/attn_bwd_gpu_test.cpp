@@ -75,6 +75,8 @@ const core::Config kDkdvWgmma{
 const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 // dK, dV and dQ in one pass (sm_90a, head dims 64 and 128): two warpgroups, dQ pieces of 64 columns.
 const core::Config kFused{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}}};
+// The same split on the warp-specialized TMA kernel (mma 91): a producer warpgroup and two consumer warpgroups.
+const core::Config kFusedTma{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
 const core::Config kSink{{{"num_warps", 8}}};
@@ -102,8 +104,8 @@ TEST(AttnBwdGpu, WgmmaKernelsMatchTheReferenceOnEveryVariant) {
   expect_variants_file_passes("attn_bwd_sm90_variants.yaml", 150);
 }
 
-// The planted boundary-mask bug in the wgmma dkdv loop is caught, in attn_bwd_dkdv's mma 90 and in
-// attn_bwd_fused, which share it (mma 80 untouched passes).
+// The planted boundary-mask bug in the wgmma dkdv loop's P^T (ft/attn_bwd.cuh) is caught, in attn_bwd_dkdv's mma 90
+// and in attn_bwd_fused's mma 90 and 91, which share it (mma 80 untouched passes).
 TEST(AttnBwdGpu, PlantedMaskBugInTheWgmmaDkdvKernelIsCaught) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   if (flashtune::testing::gpu_arch() != "sm_90a")
@@ -111,9 +113,9 @@ TEST(AttnBwdGpu, PlantedMaskBugInTheWgmmaDkdvKernelIsCaught) {
   TempDir dir;
   const fs::path tdir = dir.path / "templates";
   ASSERT_TRUE(flashtune::testing::plant_bug(
-      tdir, "attn_bwd_sm90.cuh",
+      tdir, "ft/attn_bwd.cuh",
       "const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);",
-      "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > seq_k;"))
+      "const bool need_mask = m0 + kBlockM > seq_q || n0 + kBlockN > mask.seq_k;"))
       << "the planted bug's anchor moved";
   const auto exp = experiment::parse_experiment(R"(
 name: attn_bwd_sm90_planted
@@ -124,14 +126,14 @@ studies:
     space: {mma: [80, 90], block_m: 64, block_n: 64, num_warps: 4, num_stages: 1, sink_split: 1}
   - family: attn_bwd_fused
     problems: [{batch: 1, heads_q: 2, seq_q: 200, head_dim: 64, dtype: f16, causal: 1}]
-    space: {block_m: 64, block_n: 64, num_warps: 4, num_stages: 1}
+    space: {mma: [90, 91], block_m: 64, block_n: 64, num_warps: 4, num_stages: 1}
 )", "attn_bwd_sm90_planted.yaml");
   auto opts = quiet_options(dir.path / "p.sqlite", false);
   opts.templates = tdir;
   runner::run_experiment(exp, opts);
   db::Store store(opts.db_path);
   EXPECT_EQ(count(store, "status = 'ok'"), 1);         // mma 80, untouched
-  EXPECT_EQ(count(store, "status = 'incorrect'"), 2);  // mma 90 and the fused pass (the same loop), planted
+  EXPECT_EQ(count(store, "status = 'incorrect'"), 3);  // mma 90 and the fused mma 90 / 91 (the same P^T), planted
 }
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
@@ -226,6 +228,9 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
       const bool one_pass = !fam("attn_bwd_fused").can_run(kFused, p, gpu.info().limits);
       if (one_pass) gpu.run(fam("attn_bwd_fused"), kFused, p, fused);
+      auto fused_tma = fused;
+      const bool tma = !fam("attn_bwd_fused").can_run(kFusedTma, p, gpu.info().limits);
+      if (tma) gpu.run(fam("attn_bwd_fused"), kFusedTma, p, fused_tma);
       // The preprocess fused into dQ (fp16 / bf16): dQ and D from O, then dK, dV from that D, in the launch
       // order of `query backward`'s dq_delta way.
       const bool inline_delta = dt != core::DType::f32;
@@ -278,6 +283,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dq (fused)", fused[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
         check("dk (fused)", fused[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
         check("dv (fused)", fused[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+      }
+      if (tma) {
+        check("dq (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check("dk (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check("dv (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
       }
       if (inline_delta) {
         check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);

@@ -270,7 +270,7 @@ std::string expected_template(const kernels::KernelFamily& f, const core::Config
   if (n == "attn_bwd_preprocess" || n == "attn_bwd_dsink") return "attn_bwd_rows.cuh";
   if (n == "attn_bwd_dkdv") return f32 ? "attn_bwd_f32.cuh" : mma == 90 ? "attn_bwd_sm90.cuh" : "attn_bwd.cuh";
   if (n == "attn_bwd_dq" || n == "attn_bwd_dq_delta") return f32 ? "attn_bwd_f32.cuh" : "attn_bwd.cuh";
-  if (n == "attn_bwd_fused") return "attn_bwd_sm90.cuh";
+  if (n == "attn_bwd_fused") return mma == 91 ? "attn_bwd_sm90_tma.cuh" : "attn_bwd_sm90.cuh";
   return f.template_file();  // one kernel in one file
 }
 

@@ -76,14 +76,16 @@ inline std::vector<std::string> kernel_parameters(const std::string& source, con
 /// True when `kernel`'s definition in `source` takes one parameter, `const __grid_constant__ <type><...> p`
 /// (the operation's parameter struct, kernel_templates/attn_params.cuh).
 inline bool takes_params_struct(const std::string& source, const std::string& kernel, const std::string& type) {
-  return std::regex_search(source, std::regex(kernel + R"(\(const __grid_constant__ )" + type + R"(<\w+> p\))"));
+  return std::regex_search(source, std::regex(kernel + R"(\(const __grid_constant__ )" + type + R"(<\w+> \w+\))"));
 }
 
 /// The explicit instantiation of an attention kernel (`name_expression` as specialize() gives it): its one
-/// parameter, FtAttnFwdParams or FtAttnBwdParams of its element type (float for the fp32 and dsink kernels).
+/// parameter, FtAttnFwdParams or FtAttnBwdParams (the TMA kernels: FtAttnFwdTmaParams, FtAttnBwdTmaParams) of its
+/// element type (float for the fp32 and dsink kernels).
 inline std::string attn_instantiation(const std::string& name_expression) {
   const std::string kernel = name_expression.substr(0, name_expression.find('<'));
-  const std::string params = kernel.rfind("attn_fwd", 0) == 0 ? "FtAttnFwdParams" : "FtAttnBwdParams";
+  const bool tma = kernel.find("_tma_kernel") != std::string::npos;  // the TMA kernels' structs carry tensor maps
+  const std::string params = std::string(kernel.rfind("attn_fwd", 0) == 0 ? "FtAttnFwd" : "FtAttnBwd") + (tma ? "TmaParams" : "Params");
   const std::string first = name_expression.substr(name_expression.find('<') + 1,
                                                    name_expression.find_first_of(",>") - name_expression.find('<') - 1);
   const std::string t = first == "ft_half" || first == "ft_bf16" ? first : "float";

@@ -1,0 +1,265 @@
+// kernel_templates/attn_bwd_sm90_tma.cuh: the warp-specialized Hopper (sm_90a) backward kernel of the
+// attn_bwd_fused family (its tunable mma = 91): dK, dV and dQ in one pass, TMA copies completing on mbarriers, a
+// producer warpgroup and kConsumers consumer warpgroups on wgmma.
+//
+// attn_bwd_fused_tma_kernel: one block per (64 x kConsumers keys, kv head, batch), as attn_bwd_sm90.cuh's loop:
+// the items (query head of the GQA group, query tile of kBlockM rows) that see the block's keys, in order. Warpgroup
+// 0 is the producer: it gives its registers back (setmaxnreg); one thread issues every copy by TMA (tensor maps in
+// FtAttnBwdTmaParams): K and V once, then per item Q and dO into a ring of kStages stages, while warp 1 loads the
+// item's LSE and D rows into the stage by plain loads. A stage completes on its "full" mbarrier (the TMA bytes and
+// warp 1's 32 arrivals) and is refilled once every consumer thread has freed it ("empty": each arrives after its
+// warpgroup's last wgmma reading the stage, dK += dS^T Q, completed). Each consumer warpgroup
+// owns 64 keys and runs the transposed products of ft/attn_bwd.cuh per item:
+//   S^T = K Q^T, dP^T = V dO^T (ss), P^T from LSE, dV += P^T dO (rs), dS^T = P^T (dP^T - D), dK += dS^T Q (rs),
+//   dS^T (as T) into a shared tile (two buffers, alternating per item), then, once every consumer warpgroup's rows
+//   are in (named barrier 1), its pieces of dQ = dS K (ss, fp32) staged in shared memory and added into the fp32
+//   accumulator p.ws by one bulk reduce-add per piece (cp.reduce.async.bulk add.f32), issued by the warpgroup's
+//   first thread. dK (times scale) and dV are stored at the end. Not deterministic in dQ (the adds' order).
+//
+// The accumulator p.ws (zeroed before the launch) holds dQ / scale in 64-row blocks per (batch, query head): block
+// rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
+// dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order:
+// float 64 (2 (w kDqN / 8 + nt) + r) + 2 lane + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of
+// the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
+//
+// Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
+// slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
+// slabs), the dQ staging tile (kBlockM x kHeadDim floats, pieces in the accumulator's order), the mbarriers: K / V
+// full, then per stage full and empty. Named barriers: 1 the dS^T tile (every consumer thread), 2 + cw
+// consumer warpgroup cw's staging.
+#pragma once
+
+#include "attn_params.cuh"
+#include "ft/attn_bwd.cuh"
+#include "ft/copy.cuh"
+#include "ft/items.cuh"
+#include "ft/mask.cuh"
+#include "ft/mma.cuh"
+#include "ft/tma.cuh"
+#include "ft/wgmma.cuh"
+
+// The second launch (convert = 1): dq = T(scale x accumulator) for every row below seq_q. Grid (ceil(quads /
+// threads), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head): each thread reads four
+// consecutive accumulator floats, which are four consecutive columns of one row (lanes 2k, 2k + 1 of an 8-column
+// accumulator tile), and writes them as T.
+template <typename T, int kHeadDim, int kDqN>
+__device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
+  enum : int { kPieceFloats = 64 * kDqN };
+  const long long n_rb = (p.seq_q + 63) / 64;
+  const long long i = 4 * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (i >= n_rb * 64 * kHeadDim) return;
+  const long long rb = i / (64 * kHeadDim);
+  const int rem = int(i - rb * 64 * kHeadDim);
+  const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
+  const int lane = (f % 64) / 2, q = f / 64, r = q % 2, nt = (q / 2) % (kDqN / 8), w = (q / 2) / (kDqN / 8);
+  const long long row = rb * 64 + w * 16 + lane / 4 + 8 * r;
+  if (row >= p.seq_q) return;
+  const int col = chunk * kDqN + nt * 8 + 2 * (lane % 4);
+  const float4 x = *reinterpret_cast<const float4*>(p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim + i);
+  uint2 out;
+  out.x = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+  out.y = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+  *reinterpret_cast<uint2*>(p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + row * p.q_ss + col) = out;
+}
+
+template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow>
+__global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
+    attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
+  static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
+  static_assert(kBlockM == 64 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64 or 128");
+  static_assert(kConsumers == 1 || kConsumers == 2, "1 or 2 consumer warpgroups of 64 keys");
+  static_assert(kStages >= 1 && kStages <= 4, "1..4 stages");
+  enum : int {
+    kBlockN = 64 * kConsumers,
+    kPSteps = kBlockM / 16,         // k16 steps of P^T dO, dS^T Q
+    kSlabs = kHeadDim / 64,         // 64-column slabs of a tile (one TMA box each)
+    kKvBytes = kBlockN * kHeadDim * 2,
+    kTileBytes = kBlockM * kHeadDim * 2,
+    kStageBytes = int(FtAttnSmem::bwd_wgmma_stage(kHeadDim, kBlockM)),
+    kSlabKv = kBlockN * 128,
+    kSlabQ = kBlockM * 128,
+    kDsBytes = kBlockN * kBlockM * 2,
+    kSlabDs = kBlockN * 128,
+    kDqSplit = FtBwdDqSplit::split(kHeadDim, kBlockM, kConsumers),
+    kDqN = kHeadDim / kDqSplit,
+    kDqPieces = (kBlockM / 64) * kDqSplit,
+    kPieceFloats = 64 * kDqN,
+    kRealloc = FtWarpRoleRegs::realloc(kConsumers, 1),
+    kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, 1),
+  };
+  static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
+  static_assert(FtAttnSmem::bwd_tma(kHeadDim, kBlockM, kBlockN, kStages) ==
+                    1024 + 2LL * kKvBytes + 1LL * kStages * kStageBytes + 2LL * kDsBytes + 4LL * kBlockM * kHeadDim +
+                        8LL * (1 + 2 * kStages),
+                "the host's shared memory size is this layout's");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const FtAttnBwdParams<T>& p = tp.a;
+  if (p.convert) {
+    ft_bwd_convert_dq<T, kHeadDim, kDqN>(p);
+    return;
+  }
+  extern __shared__ unsigned char ft_smem_bwd_tma[];
+  const unsigned smem_raw = ft_smem_u32(ft_smem_bwd_tma);
+  const unsigned smem_k = (smem_raw + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
+  const unsigned smem_v = smem_k + kKvBytes;
+  const unsigned smem_stages = smem_v + kKvBytes;
+  const unsigned smem_ds = smem_stages + unsigned(kStages * kStageBytes);  // two tiles, item i in tile i % 2
+  const unsigned smem_dq = smem_ds + unsigned(2 * kDsBytes);
+  const unsigned bars = smem_dq + unsigned(4 * kBlockM * kHeadDim);
+  const unsigned kv_full = bars;
+  auto full = [&](int st) { return bars + 8u * unsigned(1 + st); };
+  auto empty = [&](int st) { return bars + 8u * unsigned(1 + kStages + st); };
+  auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wg = warp / 4;
+  const int h_kv = blockIdx.y, b = blockIdx.z;
+  const int group = p.heads_q / p.heads_kv;
+  const int n0 = blockIdx.x * kBlockN;
+  const int n1 = min(n0 + kBlockN, p.seq_k);
+  const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
+  const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
+  const int t_first = rows.lo / kBlockM;  // query tiles [t_first, t_first + t_count) of each head of the group
+  const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
+  const int n_items = group * t_count;
+
+  if (threadIdx.x == 0) {
+    ft_mbarrier_init(kv_full, 1);
+    for (int st = 0; st < kStages; ++st) {
+      ft_mbarrier_init(full(st), 1 + 32);  // the TMA thread (with the bytes) and the LSE / D warp
+      ft_mbarrier_init(empty(st), 128 * kConsumers);  // every consumer thread, after its last read of the stage
+    }
+    ft_fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // The producer (one branch of the role if / else: setmaxnreg takes effect only so, HOPPER.md).
+    if constexpr (kRealloc) ft_setmaxnreg_dec<FtWarpRoleRegs::producer()>();
+    if (threadIdx.x == 0 && n_items > 0) {
+      ft_mbarrier_arrive_expect_tx(kv_full, unsigned(2 * kKvBytes));
+#pragma unroll
+      for (int s = 0; s < kSlabs; ++s) {
+        ft_tma_load_4d(smem_k + unsigned(s * kSlabKv), tp.k_map, kv_full, 64 * s, n0, h_kv, b);
+        ft_tma_load_4d(smem_v + unsigned(s * kSlabKv), tp.v_map, kv_full, 64 * s, n0, h_kv, b);
+      }
+      FtItemCursor at(0, t_count);
+      for (int i = 0; i < n_items; ++i, at.next()) {
+        const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+        if (i >= kStages) ft_mbarrier_wait(empty(st), unsigned(i / kStages - 1) & 1u);
+        ft_mbarrier_arrive_expect_tx(full(st), unsigned(2 * kTileBytes));
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+          ft_tma_load_4d(stage(st) + unsigned(s * kSlabQ), tp.q_map, full(st), 64 * s, m0, h, b);
+          ft_tma_load_4d(stage(st) + unsigned(kTileBytes + s * kSlabQ), tp.do_map, full(st), 64 * s, m0, h, b);
+        }
+      }
+    } else if (warp == 1 && n_items > 0) {
+      // LSE and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane arrives on the
+      // stage's full barrier after its stores (release; the consumers' wait acquires them).
+      FtItemCursor at(0, t_count);
+      for (int i = 0; i < n_items; ++i, at.next()) {
+        const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+        if (i >= kStages) ft_mbarrier_wait(empty(st), unsigned(i / kStages - 1) & 1u);
+        const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q + m0;
+        float* dst = reinterpret_cast<float*>(ft_smem_bwd_tma + (stage(st) + 2 * kTileBytes - smem_raw));
+#pragma unroll
+        for (int r = lane; r < kBlockM; r += 32) {
+          const bool in = m0 + r < p.seq_q;
+          dst[r] = in ? p.lse[row0 + r] : 0.f;
+          dst[kBlockM + r] = in ? p.delta[row0 + r] : 0.f;
+        }
+        ft_mbarrier_arrive(full(st));
+      }
+    }
+  } else {
+    if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;
+    const int g = lane / 4, t4 = lane % 4;
+    const bool issuer = threadIdx.x % 128 == 0;  // this warpgroup's bulk reduce-adds
+    const unsigned k_wg = smem_k + unsigned(cw * 64 * 128);  // this warpgroup's 64 keys in every K / V slab
+    const unsigned v_wg = smem_v + unsigned(cw * 64 * 128);
+    const int key0 = n0 + cw * 64 + (warp % 4) * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const float kLog2e = 1.4426950408889634f;
+    const float scale_log2 = p.scale * kLog2e;
+    const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
+
+    float dk_acc[kHeadDim / 2], dv_acc[kHeadDim / 2];
+    ft_zero(dk_acc);
+    ft_zero(dv_acc);
+    auto issue_regs_by_tile = [&](float* acc, const unsigned (*af)[4], unsigned smem_b) {
+      ft_wgmma_regs_by_tile<T, kHeadDim, kPSteps>(acc, af, smem_b, kSlabQ);
+    };
+
+    if (n_items > 0) ft_mbarrier_wait(kv_full, 0);
+    FtItemCursor at(0, t_count);
+    for (int i = 0; i < n_items; ++i, at.next()) {
+      const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+      const unsigned smem_q = stage(st), smem_do = smem_q + unsigned(kTileBytes);
+      const unsigned ds = smem_ds + unsigned((i & 1) * kDsBytes);
+      const float* lse_s = reinterpret_cast<const float*>(ft_smem_bwd_tma + (smem_q + 2 * kTileBytes - smem_raw));
+      const float* d_s = lse_s + kBlockM;
+      ft_mbarrier_wait(full(st), unsigned(i / kStages) & 1u);
+
+      float s[kBlockM / 2], dp[kBlockM / 2];
+      unsigned af[kPSteps][4];
+      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN>(s, dp, af, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+                                                        p.seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
+      // This item's dS^T tile was last read by item i - 2's dQ, which every warpgroup waited for before arriving
+      // at item i - 1's barrier, which this warpgroup has passed.
+      ft_bwd_store_ds_t<kBlockM, kSlabDs>(ds, af, key0 - n0, g, t4);
+      issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
+      ft_fence_proxy_async();                  // the dS^T stores, read next by wgmma
+      ft_named_barrier_sync(1, 128 * kConsumers);  // every warpgroup's rows are in
+      const long long head_acc = (static_cast<long long>(b) * p.heads_q + h) * n_rb;
+      bool released = false;  // this thread has freed the stage (once per item; the same in the whole warpgroup)
+#pragma unroll
+      for (int piece = cw; piece < kDqPieces; piece += kConsumers) {
+        const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
+        if (m0 / 64 + rb >= n_rb) continue;  // rows past seq_q (block_m 128): nothing to add (the warpgroup's choice)
+        float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
+        float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
+        // Issued while dK's chain may still run (it reads the dS^T fragments and writes dK, neither of which dQ
+        // touches). Once dK's group has completed (the one before this piece's), the stage is free: the producer
+        // loads the next item under this one's dQ.
+        ft_bwd_issue_dq<T, kDqN, kBlockN, kSlabDs, kSlabKv>(dq, ds + unsigned(rb * kSlabDs),
+                                                            smem_k + unsigned(chunk * (kDqN / 64) * kSlabKv));
+        ft_wgmma_wait<1>();
+        ft_fence_regs<kHeadDim / 2>(dk_acc);
+        if (!released) ft_mbarrier_arrive(empty(st));  // Q, dO, LSE, D of the stage: this thread's reads are done
+        released = true;
+        ft_wgmma_wait<0>();
+        ft_fence_regs<kDqN / 2>(dq);
+        // Stage the piece in accumulator order once the previous reduce-add has read it, then add it.
+        const unsigned staged = smem_dq + unsigned(piece * kPieceFloats * 4);
+        if (issuer) ft_bulk_wait_read<0>();
+        ft_named_barrier_sync(2 + cw, 128);
+#pragma unroll
+        for (int nt = 0; nt < kDqN / 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const unsigned at_f = unsigned(64 * (2 * ((warp % 4) * (kDqN / 8) + nt) + r) + 2 * lane);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(staged + 4 * at_f), "f"(dq[nt * 4 + 2 * r]),
+                         "f"(dq[nt * 4 + 2 * r + 1])
+                         : "memory");
+          }
+        ft_fence_proxy_async();
+        ft_named_barrier_sync(2 + cw, 128);
+        if (issuer) {
+          const long long block0 = (head_acc + m0 / 64 + rb) * (64LL * kHeadDim) + chunk * kPieceFloats;
+          ft_bulk_reduce_add_f32(p.ws + block0, staged, unsigned(kPieceFloats * 4));
+          ft_bulk_commit();
+        }
+      }
+      ft_wgmma_wait<0>();  // dK (a warpgroup without a dQ piece waits here)
+      ft_fence_regs<kHeadDim / 2>(dk_acc);
+      if (!released) ft_mbarrier_arrive(empty(st));
+    }
+    if (issuer) ft_bulk_wait<0>();  // the adds are complete before the block's shared memory goes
+    ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
+  }
+#else
+  __trap();  // built for a target without wgmma / TMA: the host never launches this (can_run requires sm_90a)
+#endif
+}
+

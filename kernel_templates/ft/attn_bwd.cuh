@@ -1,0 +1,127 @@
+// kernel_templates/ft/attn_bwd.cuh: the steps of one work item of the Hopper dK / dV loop on the transposed
+// products (keys as the wgmma M rows: S^T = K Q^T, dP^T = V dO^T), shared by attn_bwd_sm90.cuh (cp.async, mma 90
+// and the fused pass) and attn_bwd_sm90_tma.cuh (TMA, warp-specialized, mma 91). A warpgroup owns 64 keys; its
+// accumulator element (nt, r, e) of a 64 x kBlockM product sits at key row (warp % 4) * 16 + g + 8 r and query
+// column nt * 8 + 2 t4 + e (index nt * 4 + 2 r + e), g = lane / 4, t4 = lane % 4.
+#pragma once
+
+#include "ft/mask.cuh"
+#include "ft/mma.cuh"
+#include "ft/softmax.cuh"
+#include "ft/wgmma.cuh"
+
+// P^T in place of S^T (kBlockM / 2 floats per thread: this thread's keys key0, key0 + 8 against the tile's
+// queries m0 .., of seq_q): exp2(S^T scale log2 e - LSE log2 e), 0 where the mask hides the pair or the query is past
+// seq_q (whatever LSE says there). lse_s: the
+// tile's kBlockM LSE values (natural log) in shared memory. Tiles inside the mask skip the checks (ft_if_masked).
+template <int kBlockM, int kBlockN, bool kCausal, bool kWindow>
+__device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const FtAttnMask<kCausal, kWindow>& mask, int seq_q, int m0,
+                                               int n0, int key0, const float* lse_s, float scale_log2, int t4) {
+  const float kLog2e = 1.4426950408889634f;
+  const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
+  ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
+    constexpr bool kMasked = decltype(masked)::value;
+#pragma unroll
+    for (int nt = 0; nt < kBlockM / 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = nt * 8 + 2 * t4 + e;
+          float& x = s[nt * 4 + 2 * r + e];
+          const float p = ft_prob_from_lse<false>(x, scale_log2, lse_s[col] * kLog2e);
+          const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
+          x = vis ? p : 0.f;
+        }
+  });
+}
+
+// dS^T = P^T (dP^T - D) in place of dP^T; d_s: the tile's kBlockM D values in shared memory.
+template <int kBlockM>
+__device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const float* d_s, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < kBlockM / 8; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = p[nt * 4 + c] * (dp[nt * 4 + c] - d_s[nt * 8 + 2 * t4 + (c & 1)]);
+}
+
+// This thread's two rows of dS^T (key rows `row` and row + 8 of the block, as the A fragments af hold them, in T)
+// into the shared dS^T tile at smem_ds: kBlockN key rows x kBlockM queries in 64-query slabs of kSlabDs bytes,
+// 128-byte swizzle (16-byte chunk nt % 8 of a row sits at chunk (nt % 8) ^ (row % 8), row % 8 = g). The tile is
+// what dQ = dS K reads M-major (ft_bwd_issue_dq). The base is an opaque copy, so that the compiler keeps no
+// per-chunk addresses live across the item.
+template <int kBlockM, int kSlabDs>
+__device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsigned (*af)[4], int row, int g, int t4) {
+  unsigned ds_row;
+  asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned(row * 128 + 4 * t4)));
+#pragma unroll
+  for (int nt = 0; nt < kBlockM / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const unsigned at = ds_row + unsigned((nt / 8) * kSlabDs + r * 1024 + (((nt % 8) ^ g) << 4));
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(af[nt / 2][(nt % 2) * 2 + r]) : "memory");
+    }
+}
+
+// dQ piece (64 query rows x kDqN columns, fp32, kDqN / 2 per thread) = dS K over the block's kBlockN keys:
+// A = the dS^T tile's 64-query slab at ds_slab read M-major, B = the K tile's columns from k_col (a 64-column slab
+// start) read N-major; K's slabs lie kSlabKv apart. Issued and committed, not waited for.
+template <typename T, int kDqN, int kBlockN, int kSlabDs, int kSlabKv>
+__device__ __forceinline__ void ft_bwd_issue_dq(float* dq, unsigned ds_slab, unsigned k_col) {
+  ft_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kBlockN / 16; ++ks) {
+    const unsigned long long da = ft_wgmma_desc(ds_slab + unsigned(ks * 2048), kSlabDs, 1024);
+    const unsigned long long db = ft_wgmma_desc(k_col + unsigned(ks * 2048), kSlabKv, 1024);
+    FtWgmma<T, kDqN>::template ss<1, 1>(dq, da, db, ks > 0);
+  }
+  ft_wgmma_commit();
+}
+
+// dK (times scale) and dV of this thread's two keys key0, key0 + 8 (those below n1), in T, at row offset
+// `head` + key * k_ss of dK and dV (elements).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_acc, const float* dv_acc, long long head,
+                                                  long long k_ss, int key0, int n1, float scale, int t4) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= n1) continue;
+    const long long at = head + key * k_ss;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      *reinterpret_cast<unsigned*>(dk + at + dt * 8 + 2 * t4) =
+          FtMma<T>::pack(dk_acc[dt * 4 + 2 * r] * scale, dk_acc[dt * 4 + 2 * r + 1] * scale);
+      *reinterpret_cast<unsigned*>(dv + at + dt * 8 + 2 * t4) = FtMma<T>::pack(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
+    }
+  }
+}
+
+// One item's products up to dS^T, for a warpgroup's 64 keys against the kBlockM queries of the stage:
+// S^T = K Q^T and dP^T = V dO^T issued together (ss; K and V rows from k_wg / v_wg, slabs kv_slab apart; the Q and
+// dO tiles' slabs q_slab apart), P^T from LSE (ft_bwd_probs_t), dV += P^T dO (rs, completed), dS^T = P^T (dP^T - D).
+// On return s holds P^T, dp dS^T (fp32) and af dS^T as the T A fragments of dK += dS^T Q.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, bool kWindow>
+__device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
+                                                  unsigned (&af)[kBlockM / 16][4], float* dv_acc, unsigned k_wg,
+                                                  unsigned v_wg, unsigned kv_slab, unsigned smem_q, unsigned smem_do,
+                                                  unsigned q_slab, const FtAttnMask<kCausal, kWindow>& mask, int seq_q,
+                                                  int m0, int n0, int key0, const float* lse_s, const float* d_s,
+                                                  float scale_log2, int t4) {
+  auto pack_a = [&](const float* x) {
+    ft_pack_a_tile<T, kBlockM / 8>(af, *reinterpret_cast<const float(*)[kBlockM / 8][4]>(x));
+  };
+  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
+  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(dp, v_wg, kv_slab, smem_do, q_slab);  // dP^T, under P^T
+  ft_wgmma_wait<1>();
+  ft_fence_regs<kBlockM / 2>(s);
+  ft_bwd_probs_t<kBlockM, kBlockN>(s, mask, seq_q, m0, n0, key0, lse_s, scale_log2, t4);
+  pack_a(s);
+  ft_wgmma_wait<0>();  // dP^T
+  ft_fence_regs<kBlockM / 2>(dp);
+  ft_wgmma_regs_by_tile<T, kHeadDim, kBlockM / 16>(dv_acc, af, smem_do, q_slab);  // dV += P^T dO
+  ft_bwd_ds_t<kBlockM>(dp, s, d_s, t4);
+  ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
+  ft_fence_regs<kHeadDim / 2>(dv_acc);
+  pack_a(dp);
+}
