@@ -44,4 +44,12 @@ core::Validation compare(const std::vector<double>& out, const std::vector<doubl
   return v;
 }
 
+double storage_atol(core::DType dtype, const std::vector<double>& ref64, double atol) {
+  if (dtype == core::DType::f32) return atol;
+  double big = 0;
+  for (const double x : ref64) big = std::isfinite(x) ? std::max(big, std::abs(x)) : big;
+  if (big == 0) return atol;
+  return std::max(atol, std::ldexp(1.0, std::ilogb(big) - (dtype == core::DType::bf16 ? 7 : 10)));
+}
+
 }  // namespace flashtune::reference

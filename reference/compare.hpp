@@ -29,4 +29,10 @@ core::Validation compare(const std::vector<double>& out, const std::vector<doubl
 
 inline constexpr double kRelFloor = 1e-6;  ///< denominator floor of max_rel_err
 
+/// The atol an output stored as `dtype` is checked with: `atol`, raised for 16-bit outputs to one unit in the last
+/// place at the largest finite |ref64| (2^(ilogb - 7) for bf16, - 10 for fp16). The kernel and the same-precision
+/// naive result each round to nearest from slightly different fp32 values, so near a rounding midpoint they land
+/// one ulp apart; for attention O (|O| <= 1) this is the family's own atol. fp32 outputs keep `atol`.
+double storage_atol(core::DType dtype, const std::vector<double>& ref64, double atol);
+
 }  // namespace flashtune::reference

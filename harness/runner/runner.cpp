@@ -11,7 +11,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -739,17 +738,8 @@ class ExperimentRun {
         std::vector<unsigned char> bytes(std::size_t(b.elements) * core::dtype_size(b.dtype));
         data.buffers[i].download(bytes.data(), bytes.size(), stream);
         const auto got = reference::unpack(b.dtype, bytes.data(), std::size_t(b.elements));
-        // An output stored in 16 bits cannot agree better than one unit in its last place: the kernel and
-        // the same-precision naive result each round to nearest from slightly different fp32 values, so
-        // near a rounding midpoint they land one ulp apart. atol is at least that ulp at the largest
-        // reference magnitude (for attention O, |O| <= 1, this is the family's own atol).
-        double out_atol = atol;
-        if (b.dtype != core::DType::f32) {
-          double big = 0;
-          for (const double x : data.ref64[out].values) big = std::isfinite(x) ? std::max(big, std::abs(x)) : big;
-          if (big > 0)
-            out_atol = std::max(atol, std::ldexp(1.0, std::ilogb(big) - (b.dtype == core::DType::bf16 ? 7 : 10)));
-        }
+        // At least one ulp of a 16-bit output at the largest reference magnitude (reference/compare.hpp).
+        const double out_atol = reference::storage_atol(b.dtype, data.ref64[out].values, atol);
         const auto v = reference::compare(got, data.ref64[out].values, data.naive[out].values, out_atol,
                                           data.ref64[out].checked);
         ++out;

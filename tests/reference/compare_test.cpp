@@ -58,5 +58,15 @@ TEST(Compare, SizeMismatchThrows) {
   EXPECT_THROW(compare({1.0}, {1.0}, {1.0}, -1.0), core::Error);
 }
 
+// The atol of a 16-bit output rises to one ulp at the largest finite reference magnitude; fp32 keeps atol.
+TEST(Compare, StorageAtolIsAtLeastOneUlpOfA16BitOutput) {
+  const std::vector<double> ref{0.5, -3.0, std::numeric_limits<double>::infinity(), 1.0};  // largest finite: 3 (2^1)
+  EXPECT_EQ(storage_atol(core::DType::f32, ref, 1e-4), 1e-4);
+  EXPECT_EQ(storage_atol(core::DType::bf16, ref, 1e-4), std::ldexp(1.0, 1 - 7));
+  EXPECT_EQ(storage_atol(core::DType::f16, ref, 1e-4), std::ldexp(1.0, 1 - 10));
+  EXPECT_EQ(storage_atol(core::DType::bf16, ref, 0.5), 0.5);                           // a larger atol stays
+  EXPECT_EQ(storage_atol(core::DType::f16, std::vector<double>{0.0, 0.0}, 1e-3), 1e-3);  // nothing to scale by
+}
+
 }  // namespace
 }  // namespace flashtune::reference
