@@ -1,6 +1,7 @@
 // tuner/strategy.cpp: Exhaustive, RandomSearch, the strategies' settings, the factory and Incumbent.
 #include "tuner/strategy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -34,6 +35,17 @@ RandomSearch::RandomSearch(std::vector<core::Config> candidates, std::int64_t bu
 
 std::vector<std::string> strategy_names() { return {"exhaustive", "random", "annealing", "genetic", "bayes"}; }
 std::vector<std::string> learning_strategy_names() { return {"annealing", "genetic", "bayes"}; }
+
+bool learns(const core::StrategySettings& settings) {
+  const auto names = learning_strategy_names();
+  return std::find(names.begin(), names.end(), settings.name) != names.end();
+}
+
+bool proposes_all(const core::StrategySettings& settings, std::size_t candidates) {
+  if (settings.name == "exhaustive") return true;
+  return settings.name == "random" &&
+         (settings.budget_trials == 0 || settings.budget_trials >= static_cast<std::int64_t>(candidates));
+}
 
 namespace {
 

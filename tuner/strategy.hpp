@@ -3,6 +3,7 @@
 // clock, so each one is tested on the CPU against synthetic cost surfaces with a known optimum.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -48,6 +49,12 @@ class RandomSearch : public Exhaustive {
 std::vector<std::string> strategy_names();
 /// The strategies that learn from their measurements (tuner/learners.hpp): annealing, genetic, bayes.
 std::vector<std::string> learning_strategy_names();
+/// Whether a strategy of these settings learns from its measurements (one of learning_strategy_names()).
+bool learns(const core::StrategySettings& settings);
+/// Whether a strategy of these settings over `candidates` configs proposes them in an order known ahead, all of them
+/// unless a budget stops it: exhaustive (in the given order, whatever its budget), or random without a smaller trial
+/// budget (what a runner may compile ahead of the trials, in the space's order).
+bool proposes_all(const core::StrategySettings& settings, std::size_t candidates);
 
 // One setting of a strategy besides name, budgets and seed, given in the experiment's strategy section
 // (`temperature: 0.3`) or to `flashtune replay --set temperature=0.3`.

@@ -275,7 +275,7 @@ class ExperimentRun {
       m_summary.pruned_by_constraints += pruned;
       // Work units of this problem (RunOptions::shard): the whole problem for a learning strategy, each
       // config (by its enumeration index) otherwise. Numbered the same in every shard.
-      const bool learns = is_learning(study.strategy.name);
+      const bool learns = tuner::learns(study.strategy);
       const std::int64_t first_unit = m_next_unit;
       m_next_unit += learns ? 1 : std::int64_t(configs.size());
       std::string share;
@@ -556,9 +556,7 @@ class ExperimentRun {
   // its configs one by one, so its compiles are not guessed ahead.
   void prefetch_compiles(const experiment::Study& study, const core::Problem& problem, const std::vector<core::Config>& configs, const std::map<std::string, std::int64_t>& unit_of) {
     const auto& st = study.strategy;
-    const bool proposes_all = st.name == "exhaustive" ||
-                              (st.name == "random" && (st.budget_trials == 0 || st.budget_trials >= std::int64_t(configs.size())));
-    if (!proposes_all || m_opts.prefetch_threads < 0) return;
+    if (!tuner::proposes_all(st, configs.size()) || m_opts.prefetch_threads < 0) return;
     const auto& family = *study.kernel;
     std::vector<jit::CompileRequest> reqs;
     for (const auto& c : configs) {
@@ -788,11 +786,6 @@ class ExperimentRun {
       if (m_opts.on_hang) m_opts.on_hang();
       std::_Exit(kHangExitStatus);
     });
-  }
-
-  static bool is_learning(const std::string& strategy) {
-    const auto names = tuner::learning_strategy_names();
-    return std::find(names.begin(), names.end(), strategy) != names.end();
   }
 
   const experiment::Experiment& m_exp;

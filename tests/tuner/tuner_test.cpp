@@ -304,3 +304,24 @@ TEST(Incumbent, KeepsTheEarlierOfEqualResults) {
   EXPECT_FALSE(inc.offer(cfg(4, 1), ft::core::TrialResult{ft::core::TrialStatus::compiled, "", {}, {}, {}, 0, 0}));
   EXPECT_EQ(inc.config()->key(), "block=3,vec=1");
 }
+
+// What the runner asks of a strategy before its trials: whether it learns, whether it will propose every candidate
+// (so that their compiles can be queued ahead).
+TEST(StrategyTraits, LearnersAndWhoProposesEveryCandidate) {
+  auto settings = [](const char* name, std::int64_t budget) {
+    ft::core::StrategySettings s;
+    s.name = name;
+    s.budget_trials = budget;
+    return s;
+  };
+  EXPECT_TRUE(ft::tuner::proposes_all(settings("exhaustive", 3), 10));  // a budget only stops it early
+  EXPECT_TRUE(ft::tuner::proposes_all(settings("random", 0), 10));
+  EXPECT_TRUE(ft::tuner::proposes_all(settings("random", 10), 10));
+  EXPECT_FALSE(ft::tuner::proposes_all(settings("random", 9), 10));
+  for (const auto& name : ft::tuner::learning_strategy_names()) {
+    EXPECT_TRUE(ft::tuner::learns(settings(name.c_str(), 0))) << name;
+    EXPECT_FALSE(ft::tuner::proposes_all(settings(name.c_str(), 0), 10)) << name;
+  }
+  EXPECT_FALSE(ft::tuner::learns(settings("exhaustive", 0)));
+  EXPECT_FALSE(ft::tuner::learns(settings("random", 0)));
+}
