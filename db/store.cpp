@@ -1,6 +1,7 @@
 // db/store.cpp: the Store over SQLite: open (read-write: integrity check, WAL, busy timeout, migrations,
 // dead runs marked; read-only: nothing written), record runs, compiles and trials (one transaction each),
-// claims and the resume lookup, and the CLI's queries. Schema: db/schema.sql.
+// claims and the resume lookup, and the CLI's queries (the read-only SQL door: db/sql_guard.cpp; merging
+// databases: db/merge.cpp). Schema: db/schema.sql.
 #include "db/store.hpp"
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include "db/embedded_sql.hpp"
 #include "db/owner.hpp"
 #include "db/sqlite_util.hpp"
+#include "db/store_impl.hpp"
 
 namespace flashtune::db {
 
@@ -79,50 +81,6 @@ QueryResult collect(Stmt& s) {
   return out;
 }
 
-std::optional<int> known(int v) { return v < 0 ? std::nullopt : std::optional<int>(v); }
-
-// Pragmas that only read, whatever their argument (table_info(trials), integrity_check(10)).
-constexpr std::array<std::string_view, 9> kReadPragmasWithArg = {
-    "table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
-    "foreign_key_check", "integrity_check", "quick_check"};
-// Pragmas that read when given no value (PRAGMA user_version) but write with one (= 3).
-// (journal_mode is not here: SQLite counts even a query of it as a possible write.)
-constexpr std::array<std::string_view, 19> kReadPragmasWithoutArg = {
-    "user_version",  "schema_version", "application_id", "page_size",
-    "page_count",    "freelist_count", "encoding",       "synchronous",   "foreign_keys",
-    "busy_timeout",  "compile_options", "database_list", "table_list",    "collation_list",
-    "function_list", "module_list",    "pragma_list",    "data_version",  "cache_size"};
-
-bool contains(auto const& list, std::string_view name) {
-  for (auto n : list)
-    if (sqlite3_stricmp(std::string(n).c_str(), std::string(name).c_str()) == 0) return true;
-  return false;
-}
-
-// Authorizer for Store::sql(): allows reading only. Denied actions fail the prepare with SQLITE_AUTH.
-int authorize_read_only(void*, int action, const char* arg1, const char* arg2, const char*,
-                        const char*) {
-  switch (action) {
-    case SQLITE_SELECT:
-    case SQLITE_READ:
-    case SQLITE_FUNCTION:
-    case SQLITE_RECURSIVE:
-      return SQLITE_OK;
-    case SQLITE_UPDATE:  // reported while SQLite loads the schema for a table-valued pragma function;
-                         // a real UPDATE of the schema table fails anyway (writable_schema is off)
-      return arg1 && (std::string_view(arg1) == "sqlite_master" ||
-                      std::string_view(arg1) == "sqlite_schema")
-                 ? SQLITE_OK
-                 : SQLITE_DENY;
-    case SQLITE_PRAGMA:
-      if (arg1 && contains(kReadPragmasWithArg, arg1)) return SQLITE_OK;
-      if (arg1 && !arg2 && contains(kReadPragmasWithoutArg, arg1)) return SQLITE_OK;
-      return SQLITE_DENY;
-    default:
-      return SQLITE_DENY;
-  }
-}
-
 }  // namespace
 
 StoreError::StoreError(int code, std::string call, const std::string& message, const char* file,
@@ -133,122 +91,7 @@ StoreError::StoreError(int code, std::string call, const std::string& message, c
       m_file(short_file(file)),
       m_line(line) {}
 
-struct Store::Impl {
-  sqlite3* db = nullptr;
-  bool read_only = false;  // Access::read_only: query_only stays on (an in-memory migrated copy included)
-  ~Impl() { sqlite3_close_v2(db); }  // never throws; finalizes nothing (Stmt finalizes its own)
-
-  int user_version() const {
-    Stmt s(db, "PRAGMA user_version");
-    s.step();
-    return static_cast<int>(s.int64(0));
-  }
-
-  std::int64_t upsert_problem(const std::string& family, const core::Problem& p) {  // read by problem_from_json
-    nlohmann::json j;
-    j["dims"] = p.dims;
-    j["dtype"] = std::string(core::to_string(p.dtype));
-    const std::string key = p.key();
-    Stmt(db, "INSERT INTO problems (family, key, json) VALUES (?1, ?2, ?3) "
-             "ON CONFLICT (family, key) DO NOTHING")
-        .bind(1, family).bind(2, key).bind(3, j.dump()).run();
-    Stmt s(db, "SELECT id FROM problems WHERE family = ?1 AND key = ?2");
-    s.bind(1, family).bind(2, key).step();
-    return s.int64(0);
-  }
-
-  std::int64_t upsert_config(const std::string& family, const core::Config& c) {
-    const nlohmann::json j = c.values;
-    const std::string key = c.key();
-    Stmt(db, "INSERT INTO configs (family, key, hash, json) VALUES (?1, ?2, ?3, ?4) "
-             "ON CONFLICT (family, key) DO NOTHING")
-        .bind(1, family).bind(2, key).bind(3, core::hash_hex(key)).bind(4, j.dump()).run();
-    Stmt s(db, "SELECT id FROM configs WHERE family = ?1 AND key = ?2");
-    s.bind(1, family).bind(2, key).step();
-    return s.int64(0);
-  }
-
-  std::int64_t upsert_compile(const core::CompileRecord& rec, const std::string& family,
-                              const std::string& source_hash, const std::string& nvrtc_version) {
-    const std::string cache_key =
-        !rec.cache_key.empty()
-            ? rec.cache_key
-            : core::hash_hex(family + '\n' + source_hash + '\n' + rec.arch + '\n' + rec.options +
-                             '\n' + rec.name_expression);
-    // A cache hit carries no compile time and maybe no log: it must not replace the real record.
-    const std::string on_conflict =
-        rec.cache_hit
-            ? "DO NOTHING"
-            : "DO UPDATE SET family = excluded.family, arch = excluded.arch, "
-              "options = excluded.options, "
-              "nvrtc_version = CASE WHEN excluded.nvrtc_version <> '' THEN excluded.nvrtc_version "
-              "ELSE nvrtc_version END, "
-              "source_hash = excluded.source_hash, lowered_name = excluded.lowered_name, "
-              "ok = excluded.ok, log = excluded.log, registers = excluded.registers, "
-              "spill_store_bytes = excluded.spill_store_bytes, "
-              "spill_load_bytes = excluded.spill_load_bytes, "
-              "stack_frame_bytes = excluded.stack_frame_bytes, "
-              "shared_static_bytes = excluded.shared_static_bytes, "
-              "cubin_bytes = excluded.cubin_bytes, compile_ms = excluded.compile_ms, "
-              "name_expression = excluded.name_expression, constant_bytes = excluded.constant_bytes";
-    const auto& r = rec.resources;
-    Stmt(db,
-         "INSERT INTO compiles (cache_key, family, arch, options, nvrtc_version, source_hash, "
-         "lowered_name, ok, log, registers, spill_store_bytes, spill_load_bytes, stack_frame_bytes, "
-         "shared_static_bytes, cubin_bytes, compile_ms, name_expression, constant_bytes) "
-         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) "
-         "ON CONFLICT (cache_key) " + on_conflict)
-        .bind(1, cache_key).bind(2, family).bind(3, rec.arch).bind(4, rec.options)
-        .bind(5, nvrtc_version).bind(6, source_hash).bind(7, rec.lowered_name).bind(8, rec.ok)
-        .bind(9, rec.log).bind(10, known(r.registers)).bind(11, known(r.spill_store_bytes))
-        .bind(12, known(r.spill_load_bytes)).bind(13, known(r.stack_frame_bytes))
-        .bind(14, known(r.shared_static_bytes)).bind(15, static_cast<std::int64_t>(rec.cubin_bytes))
-        .bind(16, rec.compile_ms).bind(17, rec.name_expression).bind(18, known(r.constant_bytes))
-        .run();
-    Stmt s(db, "SELECT id FROM compiles WHERE cache_key = ?1");
-    s.bind(1, cache_key).step();
-    return s.int64(0);
-  }
-
-  // Marks `interrupted` every run of this host still recorded `running` whose owner process is gone.
-  void reap_dead_runs() {
-    std::vector<std::int64_t> dead;
-    {
-      Stmt s(db, "SELECT id, owner_host, owner_pid, owner_start FROM runs WHERE status = 'running' "
-                 "AND owner_pid IS NOT NULL");
-      while (s.step())
-        if (liveness({s.text(1), s.int64(2), s.text(3)}) == Liveness::gone) dead.push_back(s.int64(0));
-    }
-    for (const auto id : dead)
-      Stmt(db, "UPDATE runs SET status = 'interrupted', finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-               "WHERE id = ?1 AND status = 'running'")
-          .bind(1, id).run();
-  }
-
-  void migrate(const std::filesystem::path& path) {
-    const int latest = Store::latest_version();
-    auto refuse_newer = [&](int v) {
-      if (v > latest)
-        throw core::UserError(path.string() + ": database schema version " + std::to_string(v) +
-                              " is newer than this flashtune build knows (" +
-                              std::to_string(latest) +
-                              "); use a newer flashtune or another database file");
-    };
-    refuse_newer(user_version());
-    if (user_version() == latest) return;
-    Transaction tx(db);
-    const int from = user_version();  // again under the write lock: another process may have migrated
-    refuse_newer(from);
-    for (int v = from; v < latest; ++v) detail::exec(db, embedded::kMigrations[v]);
-    detail::exec(db, "PRAGMA user_version = " + std::to_string(latest));
-    tx.commit();
-  }
-};
-
-namespace {
-
-// `path` as an SQLite URI ("file:/a%3Fb.sqlite"), so that characters such as ? and # stay part of the name.
-std::string file_uri(const std::filesystem::path& path) {
+std::string detail::file_uri(const std::filesystem::path& path) {
   std::string out = "file:";
   for (const unsigned char c : std::filesystem::absolute(path).string()) {
     if (c == '?' || c == '#' || c == '%' || c < 0x20) {
@@ -261,6 +104,8 @@ std::string file_uri(const std::filesystem::path& path) {
   }
   return out;
 }
+
+namespace {
 
 // PRAGMA quick_check before anything is written: a partly corrupt file is refused with its name, instead
 // of a run row being inserted and the run failing on the first damaged page ("malformed").
@@ -341,9 +186,9 @@ void Store::open_read_only() {
     sqlite3_finalize(raw);
     return rc;
   };
-  int rc = open(file_uri(m_path) + "?mode=ro");
+  int rc = open(detail::file_uri(m_path) + "?mode=ro");
   if ((rc & 0xff) == SQLITE_CANTOPEN || (rc & 0xff) == SQLITE_READONLY)
-    rc = open(file_uri(m_path) + "?mode=ro&immutable=1");
+    rc = open(detail::file_uri(m_path) + "?mode=ro&immutable=1");
   if ((rc & 0xff) == SQLITE_NOTADB)
     throw core::UserError(name + ": not an SQLite database (" + sqlite3_errmsg(db) + ")");
   if (rc != SQLITE_OK) detail::throw_sql(db, rc, "open read-only: " + name);
@@ -653,260 +498,5 @@ QueryResult Store::measurements(std::int64_t run_id, const std::string& family_f
   return collect(s);
 }
 
-QueryResult Store::sql(const std::string& select) const {
-  sqlite3* db = m_impl->db;
-  const std::string refused =
-      "db sql: refused: only one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA "
-      "that reads) is allowed: ";
-  sqlite3_stmt* raw = nullptr;
-  sqlite3_stmt* extra = nullptr;
-  int rc = SQLITE_OK, rc_extra = SQLITE_OK;
-  {
-    // The authorizer is consulted while preparing: anything but reading fails with SQLITE_AUTH.
-    struct Authorizer {
-      sqlite3* db;
-      ~Authorizer() { sqlite3_set_authorizer(db, nullptr, nullptr); }
-    } guard{db};
-    FT_CHECK_SQL(db, sqlite3_set_authorizer(db, authorize_read_only, nullptr));
-    const char* tail = nullptr;
-    rc = sqlite3_prepare_v2(db, select.c_str(), static_cast<int>(select.size()), &raw, &tail);
-    if (rc == SQLITE_OK && tail) rc_extra = sqlite3_prepare_v2(db, tail, -1, &extra, nullptr);
-  }
-  const std::string message = sqlite3_errmsg(db);
-  sqlite3_finalize(extra);
-  struct Finalize {
-    sqlite3_stmt* s;
-    ~Finalize() { sqlite3_finalize(s); }
-  } finalize{raw};
-  if (rc == SQLITE_AUTH || rc_extra == SQLITE_AUTH || extra != nullptr || rc_extra != SQLITE_OK)
-    throw core::UserError(refused + select);
-  if (rc != SQLITE_OK) throw core::UserError("db sql: " + message + ": " + select);
-  if (raw == nullptr) throw core::UserError("db sql: no statement in: " + select);
-  if (!sqlite3_stmt_readonly(raw)) throw core::UserError(refused + select);
-
-  // Belt and braces: query_only makes any write that slipped through fail with SQLITE_READONLY.
-  detail::exec(db, "PRAGMA query_only = ON");
-  struct QueryOnly {
-    sqlite3* db;
-    bool keep;
-    ~QueryOnly() {
-      if (!keep) sqlite3_exec(db, "PRAGMA query_only = OFF", nullptr, nullptr, nullptr);
-    }
-  } query_only{db, m_impl->read_only};
-  QueryResult out;
-  const int n = sqlite3_column_count(raw);
-  for (int i = 0; i < n; ++i) out.columns.emplace_back(sqlite3_column_name(raw, i));
-  while ((rc = sqlite3_step(raw)) == SQLITE_ROW) {
-    std::vector<std::string> row;
-    for (int i = 0; i < n; ++i) {
-      const auto* p = sqlite3_column_text(raw, i);
-      row.emplace_back(p ? reinterpret_cast<const char*>(p) : "");
-    }
-    out.rows.push_back(std::move(row));
-  }
-  if (rc != SQLITE_DONE) detail::throw_sql(db, rc, "step: " + select);
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Merging databases (flashtune db merge).
-
-namespace {
-
-constexpr std::array<std::string_view, 5> kMergedTables = {"runs", "problems", "configs", "compiles", "trials"};
-
-// Column names of `schema`.`table`, in order.
-std::vector<std::string> columns_of(sqlite3* db, const std::string& schema, std::string_view table) {
-  Stmt s(db, "PRAGMA " + schema + ".table_info(" + std::string(table) + ")");
-  std::vector<std::string> out;
-  while (s.step()) out.push_back(s.text(1));
-  return out;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& prefix = "") {
-  std::string out;
-  for (const auto& i : items) out += (out.empty() ? "" : ", ") + prefix + i;
-  return out;
-}
-
-// A read-only connection to a file that is to be merged, closed when it goes out of scope.
-struct ReadOnly {
-  sqlite3* db = nullptr;
-  ~ReadOnly() { sqlite3_close_v2(db); }
-};
-
-}  // namespace
-
-void Store::check_merge_source(const std::filesystem::path& source, const std::filesystem::path& output) {
-  namespace fs = std::filesystem;
-  const std::string name = source.string();
-  std::error_code ec;
-  if (!fs::exists(source, ec)) throw core::UserError(name + ": no such file");
-  if (!fs::is_regular_file(source, ec)) throw core::UserError(name + ": not a file");
-  if (fs::equivalent(source, output, ec)) throw core::UserError(name + ": is the output database itself");
-  // Opened as Store(read_only) does: a WAL file on a read-only mount is read as immutable.
-  ReadOnly ro;
-  auto open = [&](const std::string& uri) {
-    sqlite3_close_v2(ro.db);
-    ro.db = nullptr;
-    if (sqlite3_open_v2(uri.c_str(), &ro.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK)
-      throw core::UserError(name + ": cannot open: " + (ro.db ? sqlite3_errmsg(ro.db) : "out of memory"));
-    sqlite3_busy_timeout(ro.db, kBusyTimeoutMs);
-    const int rc = sqlite3_exec(ro.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
-    return rc & 0xff;
-  };
-  if (const int rc = open(file_uri(source) + "?mode=ro"); rc == SQLITE_CANTOPEN || rc == SQLITE_READONLY)
-    open(file_uri(source) + "?mode=ro&immutable=1");
-  sqlite3_stmt* raw = nullptr;
-  const int rc = sqlite3_prepare_v2(ro.db,
-                                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-                                    "('runs', 'problems', 'configs', 'compiles', 'trials')",
-                                    -1, &raw, nullptr);
-  int tables = 0;
-  int step = rc == SQLITE_OK ? sqlite3_step(raw) : rc;
-  if (step == SQLITE_ROW) tables = sqlite3_column_int(raw, 0);
-  const std::string message = sqlite3_errmsg(ro.db);
-  sqlite3_finalize(raw);
-  if (step != SQLITE_ROW) throw core::UserError(name + ": not an SQLite database (" + message + ")");
-  if (tables != int(kMergedTables.size()))
-    throw core::UserError(name + ": not a flashtune database (it lacks the runs, problems, configs, compiles and "
-                                 "trials tables)");
-  Stmt v(ro.db, "PRAGMA user_version");
-  v.step();
-  const int version = int(v.int64(0));
-  if (version > latest_version())
-    throw core::UserError(name + ": database schema version " + std::to_string(version) +
-                          " is newer than this flashtune build knows (" + std::to_string(latest_version()) +
-                          "); merge with a newer flashtune");
-  if (version < 1) throw core::UserError(name + ": not a flashtune database (schema version 0)");
-}
-
-MergeCounts Store::merge_from(const std::filesystem::path& source) {
-  namespace fs = std::filesystem;
-  check_merge_source(source);
-  const std::string name = source.string();
-
-  // A consistent snapshot of the source (WAL content included) in a temporary file: the source is only read.
-  static int counter = 0;
-  const fs::path snap = fs::temp_directory_path() /
-                        ("flashtune_merge_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".sqlite");
-  struct Remove {
-    fs::path p;
-    ~Remove() {
-      std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(p.string() + suffix, ec);
-    }
-  } remove_snapshot{snap};
-  {
-    ReadOnly src, dst;  // (FT_CHECK_SQL wants its connection named db)
-    const bool readable = sqlite3_open_v2((file_uri(source) + "?mode=ro").c_str(), &src.db,
-                                          SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) == SQLITE_OK &&
-                          sqlite3_exec(src.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) ==
-                              SQLITE_OK;
-    if (!readable) {  // a WAL file on a read-only mount (check_merge_source read it the same way)
-      sqlite3_close_v2(src.db);
-      src.db = nullptr;
-      if (const int rc = sqlite3_open_v2((file_uri(source) + "?mode=ro&immutable=1").c_str(), &src.db,
-                                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
-          rc != SQLITE_OK)
-        detail::throw_sql(src.db, rc, "sqlite3_open_v2: " + name);
-    }
-    sqlite3_busy_timeout(src.db, kBusyTimeoutMs);
-    if (const int rc = sqlite3_open_v2(snap.c_str(), &dst.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-        rc != SQLITE_OK)
-      detail::throw_sql(dst.db, rc, "sqlite3_open_v2: " + snap.string());
-    sqlite3_backup* b = sqlite3_backup_init(dst.db, "main", src.db, "main");
-    if (!b) detail::throw_sql(dst.db, sqlite3_errcode(dst.db), "sqlite3_backup_init: " + name);
-    const int step = sqlite3_backup_step(b, -1);
-    const int finish = sqlite3_backup_finish(b);
-    if (step != SQLITE_DONE) detail::throw_sql(dst.db, step, "sqlite3_backup_step: " + name);
-    if (finish != SQLITE_OK) detail::throw_sql(dst.db, finish, "sqlite3_backup_finish: " + name);
-  }
-  { Store migrated(snap); }  // migrates an older schema forward, in the copy
-
-  sqlite3* db = m_impl->db;
-  Stmt(db, "ATTACH DATABASE ?1 AS src").bind(1, snap.string()).run();
-  struct Detach {
-    sqlite3* db;
-    ~Detach() { sqlite3_exec(db, "DETACH DATABASE src", nullptr, nullptr, nullptr); }
-  } detach{db};
-
-  // The columns this build writes; the source must have each (it may have more, from a hand edit: ignored).
-  std::map<std::string, std::vector<std::string>> cols;
-  for (auto table : kMergedTables) {
-    const auto mine = columns_of(db, "main", table);
-    const auto theirs = columns_of(db, "src", table);
-    for (const auto& c : mine)
-      if (std::find(theirs.begin(), theirs.end(), c) == theirs.end())
-        throw core::UserError(name + ": schema mismatch: table " + std::string(table) + " has no column " + c);
-    auto& keep = cols[std::string(table)];
-    for (const auto& c : mine)
-      if (c != "id") keep.push_back(c);
-  }
-
-  MergeCounts n;
-  Transaction tx(db);
-  {
-    Stmt all(db, "SELECT count(*) FROM src.runs");
-    all.step();
-    const std::int64_t runs = all.int64(0);
-    Stmt(db, "INSERT INTO main.runs (" + join(cols["runs"]) + ") SELECT " + join(cols["runs"], "s.") +
-                 " FROM src.runs s WHERE s.uid NOT IN (SELECT uid FROM main.runs WHERE uid IS NOT NULL) ORDER BY s.id")
-        .run();
-    n.runs_added = sqlite3_changes(db);
-    n.runs_known = runs - n.runs_added;
-  }
-  for (const char* table : {"problems", "configs"})
-    Stmt(db, "INSERT OR IGNORE INTO main." + std::string(table) + " (" + join(cols[table]) + ") SELECT " +
-                 join(cols[table]) + " FROM src." + table + " ORDER BY id")
-        .run();
-  Stmt(db, "INSERT OR IGNORE INTO main.compiles (" + join(cols["compiles"]) + ") SELECT " + join(cols["compiles"]) +
-               " FROM src.compiles ORDER BY id")
-      .run();
-  n.compiles_added = sqlite3_changes(db);
-
-  std::vector<std::string> exprs;
-  for (const auto& c : cols["trials"]) {
-    if (c == "run_id") exprs.push_back("mr.id");
-    else if (c == "problem_id") exprs.push_back("mp.id");
-    else if (c == "config_id") exprs.push_back("mc.id");
-    else if (c == "compile_id") exprs.push_back("mk.id");
-    else exprs.push_back("t." + c);
-  }
-  {
-    Stmt all(db, "SELECT count(*) FROM src.trials");
-    all.step();
-    const std::int64_t trials = all.int64(0);
-    Stmt(db,
-         "INSERT INTO main.trials (" + join(cols["trials"]) + ") SELECT " + join(exprs) +
-             " FROM src.trials t"
-             " JOIN src.runs sr ON sr.id = t.run_id JOIN main.runs mr ON mr.uid = sr.uid"
-             " JOIN src.problems sp ON sp.id = t.problem_id"
-             " JOIN main.problems mp ON mp.family = sp.family AND mp.key = sp.key"
-             " JOIN src.configs sc ON sc.id = t.config_id"
-             " JOIN main.configs mc ON mc.family = sc.family AND mc.key = sc.key"
-             " LEFT JOIN src.compiles sk ON sk.id = t.compile_id LEFT JOIN main.compiles mk ON mk.cache_key = sk.cache_key"
-             " WHERE t.id = (SELECT max(u.id) FROM src.trials u WHERE u.experiment_name = t.experiment_name"
-             "   AND u.stage = t.stage AND u.family = t.family AND u.problem_id = t.problem_id"
-             "   AND u.config_id = t.config_id AND u.source_hash = t.source_hash AND u.device_key = t.device_key)"
-             " AND NOT EXISTS (SELECT 1 FROM main.trials m WHERE m.experiment_name = t.experiment_name"
-             "   AND m.stage = t.stage AND m.family = t.family AND m.problem_id = mp.id AND m.config_id = mc.id"
-             "   AND m.source_hash = t.source_hash AND m.device_key = t.device_key)"
-             " ORDER BY t.id")
-        .run();
-    n.trials_added = sqlite3_changes(db);
-    n.trials_known = trials - n.trials_added;
-  }
-  // Warm starts (v5; the snapshot was migrated, so the table exists there), linked to the merged runs.
-  Stmt(db,
-       "INSERT INTO main.warm_starts (run_id, family, stage, problem_key, sources, first, created_at)"
-       " SELECT mr.id, w.family, w.stage, w.problem_key, w.sources, w.first, w.created_at FROM src.warm_starts w"
-       " JOIN src.runs sr ON sr.id = w.run_id JOIN main.runs mr ON mr.uid = sr.uid"
-       " WHERE NOT EXISTS (SELECT 1 FROM main.warm_starts m WHERE m.run_id = mr.id AND m.family = w.family"
-       "   AND m.stage = w.stage AND m.problem_key = w.problem_key) ORDER BY w.id")
-      .run();
-  tx.commit();
-  return n;
-}
 
 }  // namespace flashtune::db
