@@ -32,6 +32,14 @@ KernelArg fwd_params(const Shape& s) {
       .bind(offsetof(Params, lse), kLse);
 }
 
+void map_heads_tensor(ParamsArg& params, std::size_t offset, int buffer, const Shape& s, std::int64_t seq,
+                      std::int64_t heads, long long ss, long long sh, long long sb, std::int64_t rows,
+                      std::int64_t box_heads) {
+  const auto u = [](auto v) { return std::uint64_t(v); };
+  params.map({offset, buffer, s.dtype, {u(s.head_dim), u(seq), u(heads), u(s.batch)}, {u(ss) * 2, u(sh) * 2, u(sb) * 2},
+              {64, std::uint32_t(rows), std::uint32_t(box_heads), 1}});
+}
+
 std::vector<std::int64_t> reference_rows(const Shape& s, double budget) {
   const std::int64_t seq_q = s.seq_q;
   const double per_row = double(s.batch) * double(s.heads_q) * double(s.seq_k) * double(s.head_dim);

@@ -25,6 +25,13 @@ enum Buffer : int { kQ = 0, kK = 1, kV = 2, kSinks = 3, kO = 4, kLse = 5 };
 /// argument with Q, K, V, sinks, O and LSE bound to their buffers.
 KernelArg fwd_params(const Shape& s);
 
+/// The TMA kernels' tensor map at `offset` of `params` over buffer `buffer`: a (head_dim, seq, heads, batch) tensor
+/// of s.dtype (16-bit, 128-byte swizzle; kernel_templates/attn_params.cuh) with strides ss, sh, sb [elements] per
+/// row, head and batch, each copy a box of 64 columns x `rows` rows x `box_heads` heads of one batch.
+void map_heads_tensor(ParamsArg& params, std::size_t offset, int buffer, const Shape& s, std::int64_t seq,
+                      std::int64_t heads, long long ss, long long sh, long long sb, std::int64_t rows,
+                      std::int64_t box_heads = 1);
+
 /// Query rows the reference computes: all of them when batch * heads_q * seq_q * seq_k * head_dim is at
 /// most `budget`, else the first and last four rows plus evenly spread rows (offset by a varying amount so
 /// that they land at every position inside a tile), as many as the budget allows (at least 16).

@@ -98,16 +98,10 @@ class FusedTma final : public GradVariant {
     std::memcpy(&a, params.bytes.data(), sizeof a);
     using Tma = FtAttnBwdTmaParams<void>;
     params.grow(sizeof(Tma));
-    const std::uint64_t hd = std::uint64_t(s.head_dim);
-    auto tile = [&](std::size_t offset, int buffer, std::int64_t seq, std::int64_t heads, long long ss, long long sh,
-                    long long sb, std::int64_t rows) {
-      params.map({offset, buffer, s.dtype, {hd, std::uint64_t(seq), std::uint64_t(heads), std::uint64_t(s.batch)},
-                  {std::uint64_t(ss) * 2, std::uint64_t(sh) * 2, std::uint64_t(sb) * 2}, {64, std::uint32_t(rows), 1, 1}});
-    };
-    tile(offsetof(Tma, q_map), kQ, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    tile(offsetof(Tma, do_map), kDout, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    tile(offsetof(Tma, k_map), kK, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
-    tile(offsetof(Tma, v_map), kV, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    attn::map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
     return shared;
   }
 

@@ -125,17 +125,11 @@ class FwdTma final : public FwdVariant {
     std::memcpy(&a, params.bytes.data(), sizeof a);
     using Tma = FtAttnFwdTmaParams<void>;
     params.grow(sizeof(Tma));
-    const std::uint64_t hd = std::uint64_t(s.head_dim), rph = std::uint64_t(c.rows_per_head());
-    const std::uint64_t o_rows = std::min<std::uint64_t>(64, rph);
-    auto map = [&](std::size_t offset, int buffer, std::int64_t seq, std::int64_t heads, long long ss, long long sh,
-                   long long sb, std::uint32_t rows, std::uint32_t box_heads) {
-      params.map({offset, buffer, s.dtype, {hd, std::uint64_t(seq), std::uint64_t(heads), std::uint64_t(s.batch)},
-                  {std::uint64_t(ss) * 2, std::uint64_t(sh) * 2, std::uint64_t(sb) * 2}, {64, rows, box_heads, 1}});
-    };
-    map(offsetof(Tma, q_map), kQ, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, std::uint32_t(rph), std::uint32_t(c.pack_heads));
-    map(offsetof(Tma, k_map), kK, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, std::uint32_t(c.block_n), 1);
-    map(offsetof(Tma, v_map), kV, s.seq_k, s.heads_kv, a.v_ss, a.v_sh, a.v_sb, std::uint32_t(c.block_n), 1);
-    map(offsetof(Tma, o_map), kO, s.seq_q, s.heads_q, a.o_ss, a.o_sh, a.o_sb, std::uint32_t(o_rows), std::uint32_t(64 / o_rows));
+    const std::int64_t rph = c.rows_per_head(), o_rows = std::min<std::int64_t>(64, rph);
+    map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, rph, c.pack_heads);
+    map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.v_ss, a.v_sh, a.v_sb, c.block_n);
+    map_heads_tensor(params, offsetof(Tma, o_map), kO, s, s.seq_q, s.heads_q, a.o_ss, a.o_sh, a.o_sb, o_rows, 64 / o_rows);
     params.set(offsetof(Tma, batch), int(s.batch));
     params.set(offsetof(Tma, unit_group), unit_group(c, s));
     params.bind(offsetof(Tma, sched), kSchedule);

@@ -293,3 +293,39 @@ TEST(AttnFwdCanRun, PackHeadsPacksAGqaGroupIntoOneWgmmaBlock) {
   mma80.values["block_m"] = 32, mma80.values["num_warps"] = 2;
   EXPECT_NE(fwd().can_run(mma80, p32, d).value_or("").find("fp32 uses mma 80 and 1 for each of them"), std::string::npos);
 }
+
+// mma 91's arguments: the forward's struct grown to FtAttnFwdTmaParams, with the four tensor maps over Q, K, V and O
+// (64 columns; Q: block_m / pack_heads rows x pack_heads heads, K and V: block_n rows, O: one warpgroup's 64 rows),
+// and the schedule counter bound.
+TEST(AttnFwdTma, ArgumentsCarryTheFourTensorMaps) {
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 300}, {"head_dim", 128}}, core::DType::bf16);
+  const core::Config c{{{"mma", 91}, {"block_m", 128}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2},
+                        {"pack_heads", 2}, {"persistent", 3}}};
+  const auto args = fwd().arguments(c, p);
+  ASSERT_EQ(args.size(), 1u);
+  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  ASSERT_EQ(a.bytes.size(), sizeof(FtAttnFwdTmaParams<void>));
+  using Tma = FtAttnFwdTmaParams<void>;
+  struct Want {
+    int buffer;
+    std::uint64_t seq, heads;
+    std::vector<std::uint32_t> box;
+  };
+  const std::map<std::size_t, Want> want{
+      {offsetof(Tma, q_map), {kernels::attn::kQ, 300, 8, {64, 64, 2, 1}}},
+      {offsetof(Tma, k_map), {kernels::attn::kK, 300, 2, {64, 128, 1, 1}}},
+      {offsetof(Tma, v_map), {kernels::attn::kV, 300, 2, {64, 128, 1, 1}}},
+      {offsetof(Tma, o_map), {kernels::attn::kO, 300, 8, {64, 64, 1, 1}}}};
+  ASSERT_EQ(a.maps.size(), want.size());
+  for (const auto& m : a.maps) {
+    ASSERT_TRUE(want.count(m.offset)) << "map at " << m.offset;
+    const auto& w = want.at(m.offset);
+    EXPECT_EQ(m.buffer, w.buffer);
+    EXPECT_EQ(m.dims, (std::vector<std::uint64_t>{128, w.seq, w.heads, 2}));
+    EXPECT_EQ(m.strides, (std::vector<std::uint64_t>{128 * 2, w.seq * 128 * 2, w.heads * w.seq * 128 * 2}));
+    EXPECT_EQ(m.box, w.box) << "map at " << m.offset;
+  }
+  bool sched = false;
+  for (const auto& ptr : a.pointers) sched |= ptr.offset == offsetof(Tma, sched) && ptr.buffer == kernels::attn::kSchedule;
+  EXPECT_TRUE(sched);
+}
