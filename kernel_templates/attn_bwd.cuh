@@ -38,6 +38,32 @@
 // (reduce = 1) adds the S + 1 slots in slot order and writes dK, dV of the sink rows. No atomics, no
 // counters: the same bits on every run. Workspace: (batch, heads_kv, S + 1, sink rows, head_dim) fp32,
 // for dK then for dV; sink rows = min(sink_tokens, seq_k).
+//
+// The item split (item_split I > 1, any mask; the host refuses it beside an active sink_split): for grids of few
+// key tiles x kv heads (MQA: GStar stage 8 has 64), every key tile gets I blocks, block x = tile * I + c, and
+// block c takes the c-th of I contiguous chunks of the tile's items (head-major: a chunk is mostly whole heads of
+// the group). Each block writes its fp32 partial dK, dV of the whole tile (zeros for an empty chunk) to slot c,
+// and the reduce launch adds the I slots in slot order: the same bits on every run. Workspace: (batch,
+// heads_kv, I, seq_k, head_dim) fp32, for dK then for dV.
+// The split workspace of (batch b, kv head h_kv): `slots` slots of slot_elems floats (sink rows, or with the item
+// split every key row, x kHeadDim) for dK from `head`, dV's `dv` floats after them. Built where used, not held
+// across the item loop (its registers spill the head_dim 128 kernels).
+template <int kHeadDim, bool kWindow>
+struct FtDkdvSlots {
+  int slots;
+  long long slot_elems, dv;
+  float* head;
+  template <typename T>
+  __device__ __forceinline__ FtDkdvSlots(const FtAttnBwdParams<T>& p, int b, int h_kv) {
+    const bool items = p.item_split > 1;
+    const int split = kWindow ? p.sink_split : 1;
+    slots = items ? p.item_split : split + 1;
+    slot_elems = static_cast<long long>(items ? p.seq_k : (kWindow && split > 1 ? min(p.sink_tokens, p.seq_k) : 0)) * kHeadDim;
+    dv = static_cast<long long>(gridDim.z) * p.heads_kv * slots * slot_elems;
+    head = p.ws + (static_cast<long long>(b) * p.heads_kv + h_kv) * slots * slot_elems;
+  }
+};
+
 // kMinBlocks: blocks per SM the compiler must fit (__launch_bounds__), which caps its registers.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, bool kCausal, bool kWindow,
           int kMinBlocks>
@@ -59,20 +85,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const float kLog2e = 1.4426950408889634f;
   constexpr FtLoad kLoad = FtLoadFor<kHeadDim, kThreads, kMinBlocks>::value;
   const int split = kWindow ? p.sink_split : 1;
-  const int sink_rows = kWindow && split > 1 ? min(p.sink_tokens, p.seq_k) : 0;
+  const int item_split = p.item_split;
+  const bool items = item_split > 1;
+  const int sink_rows = kWindow && split > 1 && !items ? min(p.sink_tokens, p.seq_k) : 0;
   const int h_kv = blockIdx.y, b = blockIdx.z;
-  // One slot of the workspace: sink_rows x kHeadDim floats; dV's slots follow all of dK's.
-  const long long slot_elems = static_cast<long long>(sink_rows) * kHeadDim;
-  const long long ws_dv = static_cast<long long>(gridDim.z) * p.heads_kv * (split + 1) * slot_elems;
-  float* const ws_head = p.ws + (static_cast<long long>(b) * p.heads_kv + h_kv) * (split + 1) * slot_elems;
 
-  if (p.reduce) {  // dK, dV of the sink rows: the S + 1 partial slots added in slot order
-    for (long long e = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; e < slot_elems;
+  if (p.reduce) {  // dK, dV of the split rows: the partial slots added in slot order
+    const FtDkdvSlots<kHeadDim, kWindow> ws(p, b, h_kv);
+    for (long long e = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; e < ws.slot_elems;
          e += static_cast<long long>(gridDim.x) * kThreads) {
       float sk = 0.f, sv = 0.f;
-      for (int s = 0; s <= split; ++s) {
-        sk += ws_head[s * slot_elems + e];
-        sv += ws_head[ws_dv + s * slot_elems + e];
+      for (int s = 0; s < ws.slots; ++s) {
+        sk += ws.head[s * ws.slot_elems + e];
+        sv += ws.head[ws.dv + s * ws.slot_elems + e];
       }
       const long long at = b * p.k_sb + h_kv * p.k_sh + (e / kHeadDim) * p.k_ss + e % kHeadDim;
       p.dk[at] = from_float<T>(sk * p.scale);
@@ -90,8 +115,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
   const int key_tiles = (p.seq_k + kBlockN - 1) / kBlockN;
-  int n_block = blockIdx.x, chunk = -1;  // chunk >= 0: an extra block of a split sink tile
-  if (n_block >= key_tiles) {
+  int n_block = blockIdx.x, chunk = -1;  // chunk >= 0: an extra block of a split sink tile, or the item split's chunk
+  if (items) {
+    n_block = blockIdx.x / item_split;
+    chunk = blockIdx.x % item_split;
+  } else if (n_block >= key_tiles) {
     n_block = (blockIdx.x - key_tiles) / split;
     chunk = (blockIdx.x - key_tiles) % split;
   }
@@ -120,6 +148,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
       item0 = static_cast<int>(static_cast<long long>(total) * chunk / split);
       n_items = static_cast<int>(static_cast<long long>(total) * (chunk + 1) / split) - item0;
     }
+  } else if (items) {
+    item0 = static_cast<int>(static_cast<long long>(n_items) * chunk / item_split);
+    n_items = static_cast<int>(static_cast<long long>(n_items) * (chunk + 1) / item_split) - item0;
   }
 
   FtItemCursor load_at(item0, t_count), compute_at(item0, t_count);  // the next item to load, to compute
@@ -202,11 +233,19 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   ft_cp_async_commit();
   ft_cp_async_wait<0>();
 
+  if (p.item_split > 1) {  // the whole tile's fp32 partial into this chunk's slot; the reduce launch writes dK, dV
+    const FtDkdvSlots<kHeadDim, kWindow> ws(p, b, h_kv);
+    float* slot = ws.head + chunk * ws.slot_elems + static_cast<long long>(n0) * kHeadDim;
+    ft_store_rows_f32(slot, warp_row0, n1 - n0, dk_acc);
+    ft_store_rows_f32(slot + ws.dv, warp_row0, n1 - n0, dv_acc);
+    return;
+  }
   const long long out_off = b * p.k_sb + h_kv * p.k_sh + n0 * p.k_ss;
   if (split_tile) {  // sink rows: the fp32 partial into this block's slot; the tile's own block writes the rest
-    float* slot = ws_head + (chunk + 1) * slot_elems + static_cast<long long>(n0) * kHeadDim;
+    const FtDkdvSlots<kHeadDim, kWindow> ws(p, b, h_kv);
+    float* slot = ws.head + (chunk + 1) * ws.slot_elems + static_cast<long long>(n0) * kHeadDim;
     ft_store_rows_f32(slot, warp_row0, sink_rows - n0, dk_acc);
-    ft_store_rows_f32(slot + ws_dv, warp_row0, sink_rows - n0, dv_acc);
+    ft_store_rows_f32(slot + ws.dv, warp_row0, sink_rows - n0, dv_acc);
     if (chunk >= 0) return;
   }
   const int row_begin = max(0, sink_rows - n0);

@@ -14,7 +14,17 @@
 //   dS^T (as T) into a shared tile (two buffers, alternating per item), then, once every consumer warpgroup's rows
 //   are in (named barrier 1), its pieces of dQ = dS K (ss, fp32) staged in shared memory and added into the fp32
 //   accumulator p.ws by one bulk reduce-add per piece (cp.reduce.async.bulk add.f32), issued by the warpgroup's
-//   first thread. dK (times scale) and dV are stored at the end. Not deterministic in dQ (the adds' order).
+//   first thread. dK (times scale) and dV are stored at the end.
+//
+// dQ's order: with kDeterministic off, the adds into a row block land in whatever order the blocks reach it. With
+// it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
+// in key-block order: a block's issuer counts the earlier key blocks that visit the item's query tile
+// (ft_bwd_blocks_before; the producer's warp 1 counts them per item, into the stage's turn word), waits until the counter reaches that count (ft/order.cuh), adds, waits for the add to
+// complete and passes the turn. Each block then walks each head's query tiles from the last: under a causal mask
+// every key block visits the last tile, so the blocks start together and move down in step (walking up, block n
+// would wait for block 0 to climb to its first tile). A block only ever waits for blocks of lower index, which the
+// GPU starts first. The counters follow the accumulator in p.ws: one int per (batch, query head, 64-row block,
+// 64-column chunk), zeroed with it.
 //
 // The accumulator p.ws (zeroed before the launch) holds dQ / scale in 64-row blocks per (batch, query head): block
 // rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
@@ -25,7 +35,7 @@
 // Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
 // slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
 // slabs), the dQ staging tile (kBlockM x kHeadDim floats, pieces in the accumulator's order), the mbarriers: K / V
-// full, then per stage full and empty. Named barriers: 1 the dS^T tile (every consumer thread), 2 + cw
+// full, then per stage full and empty, then per stage the item's dQ turn (int, deterministic only). Named barriers: 1 the dS^T tile (every consumer thread), 2 + cw
 // consumer warpgroup cw's staging.
 #pragma once
 
@@ -35,6 +45,7 @@
 #include "ft/items.cuh"
 #include "ft/mask.cuh"
 #include "ft/mma.cuh"
+#include "ft/order.cuh"
 #include "ft/tma.cuh"
 #include "ft/wgmma.cuh"
 
@@ -62,7 +73,8 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   *reinterpret_cast<uint2*>(p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + row * p.q_ss + col) = out;
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow>
+template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
+          bool kDeterministic = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
@@ -90,7 +102,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   static_assert(FtAttnSmem::bwd_tma(kHeadDim, kBlockM, kBlockN, kStages) ==
                     1024 + 2LL * kKvBytes + 1LL * kStages * kStageBytes + 2LL * kDsBytes + 4LL * kBlockM * kHeadDim +
-                        8LL * (1 + 2 * kStages),
+                        8LL * (1 + 2 * kStages) + 4LL * kStages,
                 "the host's shared memory size is this layout's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
@@ -110,6 +122,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   auto full = [&](int st) { return bars + 8u * unsigned(1 + st); };
   auto empty = [&](int st) { return bars + 8u * unsigned(1 + kStages + st); };
   auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
+  // Stage st's dQ turn (deterministic): written by warp 1 before it arrives on full(st), read by the issuers.
+  int* const turn_of_stage = reinterpret_cast<int*>(ft_smem_bwd_tma + (bars + 8u * unsigned(1 + 2 * kStages) - smem_raw));
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
@@ -122,6 +136,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   const int t_first = rows.lo / kBlockM;  // query tiles [t_first, t_first + t_count) of each head of the group
   const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
   const int n_items = group * t_count;
+  // Item (at.head, at.tile) of the block's range: query head h and first row m0 (deterministic: tiles from the last).
+  auto item_rows = [&](const FtItemCursor& at, int& h, int& m0) {
+    h = h_kv * group + at.head;
+    m0 = (t_first + (kDeterministic ? t_count - 1 - at.tile : at.tile)) * kBlockM;
+  };
 
   if (threadIdx.x == 0) {
     ft_mbarrier_init(kv_full, 1);
@@ -145,7 +164,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       }
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
-        const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+        const int st = i % kStages;
+        int h, m0;
+        item_rows(at, h, m0);
         if (i >= kStages) ft_mbarrier_wait(empty(st), unsigned(i / kStages - 1) & 1u);
         ft_mbarrier_arrive_expect_tx(full(st), unsigned(2 * kTileBytes));
 #pragma unroll
@@ -159,7 +180,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       // stage's full barrier after its stores (release; the consumers' wait acquires them).
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
-        const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+        const int st = i % kStages;
+        int h, m0;
+        item_rows(at, h, m0);
         if (i >= kStages) ft_mbarrier_wait(empty(st), unsigned(i / kStages - 1) & 1u);
         const long long row0 = (static_cast<long long>(b) * p.heads_q + h) * p.seq_q + m0;
         float* dst = reinterpret_cast<float*>(ft_smem_bwd_tma + (stage(st) + 2 * kTileBytes - smem_raw));
@@ -168,6 +191,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           const bool in = m0 + r < p.seq_q;
           dst[r] = in ? p.lse[row0 + r] : 0.f;
           dst[kBlockM + r] = in ? p.delta[row0 + r] : 0.f;
+        }
+        if constexpr (kDeterministic) {
+          const int turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, int(blockIdx.x), m0 / kBlockM);
+          if (lane == 0) turn_of_stage[st] = turn;
         }
         ft_mbarrier_arrive(full(st));
       }
@@ -183,6 +210,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     const float kLog2e = 1.4426950408889634f;
     const float scale_log2 = p.scale * kLog2e;
     const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
+    // Deterministic: the turn counters after the accumulator, kHeadDim / 64 per 64-row block.
+    int* const turns = reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
 
     float dk_acc[kHeadDim / 2], dv_acc[kHeadDim / 2];
     ft_zero(dk_acc);
@@ -194,7 +223,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     if (n_items > 0) ft_mbarrier_wait(kv_full, 0);
     FtItemCursor at(0, t_count);
     for (int i = 0; i < n_items; ++i, at.next()) {
-      const int st = i % kStages, h = h_kv * group + at.head, m0 = (t_first + at.tile) * kBlockM;
+      const int st = i % kStages;
+      int h, m0;
+      item_rows(at, h, m0);
       const unsigned smem_q = stage(st), smem_do = smem_q + unsigned(kTileBytes);
       const unsigned ds = smem_ds + unsigned((i & 1) * kDsBytes);
       const float* lse_s = reinterpret_cast<const float*>(ft_smem_bwd_tma + (smem_q + 2 * kTileBytes - smem_raw));
@@ -213,6 +244,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       ft_named_barrier_sync(1, 128 * kConsumers);  // every warpgroup's rows are in
       const long long head_acc = (static_cast<long long>(b) * p.heads_q + h) * n_rb;
       bool released = false;  // this thread has freed the stage (once per item; the same in the whole warpgroup)
+      // Deterministic: the item's dQ turn, read before the stage (its turn word included) is freed.
+      const int turn = kDeterministic && issuer ? turn_of_stage[st] : 0;
 #pragma unroll
       for (int piece = cw; piece < kDqPieces; piece += kConsumers) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
@@ -247,8 +280,18 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         ft_named_barrier_sync(2 + cw, 128);
         if (issuer) {
           const long long block0 = (head_acc + m0 / 64 + rb) * (64LL * kHeadDim) + chunk * kPieceFloats;
+          int* const counter = turns + (head_acc + m0 / 64 + rb) * (kHeadDim / 64) + chunk;
+          if constexpr (kDeterministic) {
+            ft_wait_turn(counter, turn);
+            ft_fence_proxy_async_global();
+          }
           ft_bulk_reduce_add_f32(p.ws + block0, staged, unsigned(kPieceFloats * 4));
           ft_bulk_commit();
+          if constexpr (kDeterministic) {
+            ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
+            ft_fence_proxy_async_global();
+            ft_pass_turn(counter);
+          }
         }
       }
       ft_wgmma_wait<0>();  // dK (a warpgroup without a dQ piece waits here)

@@ -61,11 +61,12 @@ struct FtAttnBwdParams {
   T* dk;
   T* dv;
   float* dsinks;       // dsink only
-  float* ws;           // dkdv: the sink-token split's partials; fused: the fp32 dQ accumulator
+  float* ws;           // dkdv: the sink-token or item split's fp32 partials; fused: the fp32 dQ accumulator
   long long q_sb, q_sh, q_ss;  // [elements] Q, O, dO, dQ strides per batch, head, row
   long long k_sb, k_sh, k_ss;  // [elements] K, V, dK, dV
   int batch, heads_q, heads_kv, seq_q, seq_k, window, sink_tokens;
   int sink_split;  // dkdv: blocks per sink-token key tile (1: no split)
+  int item_split;  // dkdv (mma 80): blocks per key tile, each over a chunk of its items (1: no split)
   int reduce;      // dkdv: 0 = the main pass, 1 = add the split partials into dK, dV
   int convert;     // fused: 0 = the main pass, 1 = convert the fp32 dQ accumulator to dQ
   float scale;     // softmax scale
@@ -154,9 +155,10 @@ struct FtAttnSmem {
   }
   // attn_bwd_fused_tma_kernel: from the first 1024-byte boundary the K and V tiles, `stages` x (Q, dO, LSE, D)
   // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd), then the mbarriers
-  // (8 bytes each): K / V full, per stage full, per stage empty.
+  // (8 bytes each): K / V full, per stage full, per stage empty; then an int per stage (the item's dQ turn).
   static constexpr FT_HOST_DEVICE long long bwd_tma(int hd, int bm, int bn, int stages) {
-    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd + 8LL * (1 + 2 * stages);
+    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd + 8LL * (1 + 2 * stages) +
+           4LL * stages;
   }
   // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
   static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {
@@ -205,7 +207,7 @@ struct FtBwdDqSplit {
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
-static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 10 * 4 + 4 + 4, "FtAttnBwdParams: 196 bytes of members, padded to 8");
+static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 11 * 4 + 4, "FtAttnBwdParams: 200 bytes, no padding");
 static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 4 * 128, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 4 maps");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");

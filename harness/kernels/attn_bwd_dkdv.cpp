@@ -1,8 +1,8 @@
 // harness/kernels/attn_bwd_dkdv.cpp: the attn_bwd_dkdv operation (dK, dV: one block per key tile over the query
 // tiles and GQA heads that see it, no atomics) and its variants, picked by the tunable mma: 80, mma.sync (every GPU
 // since sm_80, kernel_templates/attn_bwd.cuh); 90, Hopper wgmma (sm_90a, attn_bwd_sm90.cuh); fp32 problems run the
-// fp32 kernel (exact or TF32, attn_bwd_f32.cuh). It launches itself: with sink_split > 1 a second launch adds
-// the split sink tiles' partials.
+// fp32 kernel (exact or TF32, attn_bwd_f32.cuh). It launches itself: with sink_split > 1 (or item_split > 1) a
+// second launch adds the split sink tiles' (or every tile's) fp32 partials.
 #include <algorithm>
 
 #include "harness/kernels/attn_bwd_f32.hpp"
@@ -22,11 +22,24 @@ std::int64_t sink_rows(const Shape& s) { return s.has_sink_tiles() ? std::min(s.
 // The sink_split the kernel runs: the config's where there are sink tiles, else 1.
 std::int64_t active_split(const BwdConfig& c, const Shape& s) { return s.has_sink_tiles() ? c.sink_split : 1; }
 
-// One block per key tile, plus sink_split per key tile holding sink tokens when the split is on; per kv head.
+// The item split: at most kMaxItemSplit blocks per key tile, and only where its workspace, item_split x (dK and dV
+// of every key row, fp32), stays within kItemSplitBytes (it is for grids of few key tiles x kv heads: MQA).
+constexpr std::int64_t kMaxItemSplit = 16;
+constexpr std::int64_t kItemSplitBytes = std::int64_t(64) << 20;
+// [floats] one slot: dK and dV of every key row of every (batch, kv head).
+std::int64_t item_slot_floats(const Shape& s) { return 2 * s.batch * s.heads_kv * s.seq_k * s.head_dim; }
+// The largest item_split problem s admits (1: none).
+std::int64_t max_item_split(const Shape& s) {
+  const std::int64_t fit = kItemSplitBytes / (4 * std::max<std::int64_t>(1, item_slot_floats(s)));
+  return std::clamp<std::int64_t>(fit, 1, kMaxItemSplit);
+}
+
+// One block per key tile (item split: item_split per key tile), plus sink_split per key tile holding sink tokens
+// when that split is on; per kv head.
 LaunchShape dkdv_launch(const BwdConfig& c, const Shape& s, std::int64_t smem) {
-  const std::int64_t bn = c.block_n, split = active_split(c, s);
+  const std::int64_t bn = c.block_n, split = active_split(c, s), tiles = (s.seq_k + bn - 1) / bn;
   const std::int64_t extra = split > 1 ? (sink_rows(s) + bn - 1) / bn * split : 0;
-  return grad_launch((s.seq_k + bn - 1) / bn + extra, s.heads_kv, c, s, smem);
+  return grad_launch(tiles * c.item_split + extra, s.heads_kv, c, s, smem);
 }
 
 // mma 80: each warp owns one or two 16-key MMA tiles.
@@ -68,13 +81,14 @@ class DkdvWgmma final : public GradVariant {
   DkdvWgmma()
       : GradVariant({"sm90_wgmma", "attn_bwd_sm90.cuh", {core::DType::f16, core::DType::bf16}, 90,
                      "90 = warpgroup wgmma (sm_90a; a warpgroup of 4 warps per 64 keys, block_m 64 or 128, head_dim a "
-                     "multiple of 64, sink_split 1)",
+                     "multiple of 64, sink_split and item_split 1)",
                      {},
                      {"mma != 90 || (block_n == 16 * num_warps && num_warps % 4 == 0 && (block_m == 64 || block_m == 128) "
-                      "&& head_dim % 64 == 0 && sink_split == 1)"}}) {}
+                      "&& head_dim % 64 == 0 && sink_split == 1 && item_split == 1)"}}) {}
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     if (c.min_blocks != 1) return "min_blocks is an mma 80 option; mma 90 takes 1";
     if (active_split(c, s) != 1) return "mma 90 has no sink-token split: sink_split must be 1";
+    if (c.item_split != 1) return "mma 90 has no item split: item_split must be 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "mma 90: " + *why;
     return std::nullopt;
   }
@@ -100,8 +114,9 @@ class DkdvF32 final : public GradVariant {
  public:
   DkdvF32() : GradVariant({"f32", "attn_bwd_f32.cuh", {core::DType::f32}, 80, "", {}, {}}) {}
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
-    if (c.mma != 80 || active_split(c, s) != 1)
-      return "fp32 runs mma 80 (FFMA or TF32 mma.sync) without the sink-token split: mma 80, sink_split 1";
+    if (c.mma != 80 || active_split(c, s) != 1 || c.item_split != 1)
+      return "fp32 runs mma 80 (FFMA or TF32 mma.sync) without the sink-token or item split: mma 80, sink_split 1, "
+             "item_split 1";
     if (auto why = attn_bwd_f32::can_run(attn_bwd_f32::Stage::dkdv, c, s, d)) return why;
     return min_blocks_problem(c, s, d, 0, 0);  // fp32 takes min_blocks 1
   }
@@ -124,24 +139,29 @@ class AttnBwdDkdv final : public GradStage {
   std::string stage() const override { return "backward_dkdv"; }
   std::string description() const override {
     return "attention backward dK, dV: one block per key tile over the query tiles and GQA heads that see it, no atomics; "
-           "sink-token tiles split over sink_split extra blocks, reduced in fixed order";
+           "sink-token tiles split over sink_split extra blocks, or every tile's items over item_split blocks, reduced in "
+           "fixed order";
   }
   std::vector<KernelArg> arguments(const core::Config& config, const core::Problem& p) const override {
     const BwdConfig c(config);
     const Shape s(p);
-    return {bwd_params(s, bindings(c, s)).set(offsetof(BwdParams, sink_split), std::int32_t(active_split(c, s)))};
+    return {bwd_params(s, bindings(c, s))
+                .set(offsetof(BwdParams, sink_split), std::int32_t(active_split(c, s)))
+                .set(offsetof(BwdParams, item_split), std::int32_t(c.item_split))};
   }
   bool launches_itself() const override { return true; }
-  // The main launch, then (split sink tiles only) the reduction of their partials: the same kernel with
-  // reduce = 1, one thread per element of the sink rows of a (kv head, batch).
+  // The main launch, then (split sink tiles, or the item split) the reduction of the partials: the same kernel
+  // with reduce = 1, one thread per element of the split rows (the sink rows, or every key row) of a (kv head,
+  // batch).
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const BwdConfig c(config);
     const Shape s(p);
     attn::expect_buffers(env, std::size_t(kWorkspace + 1), name());
     auto args = arguments(config, p);
     launch_pass(env, args);
-    if (active_split(c, s) == 1) return;
-    const std::int64_t elems = sink_rows(s) * s.head_dim, threads = env.shape.threads_per_block();
+    if (active_split(c, s) == 1 && c.item_split == 1) return;
+    const std::int64_t rows = c.item_split > 1 ? s.seq_k : sink_rows(s);
+    const std::int64_t elems = rows * s.head_dim, threads = env.shape.threads_per_block();
     launch_second_pass(env, args, offsetof(BwdParams, reduce),
                        {unsigned((elems + threads - 1) / threads), env.shape.grid[1], env.shape.grid[2]});
   }
@@ -154,6 +174,10 @@ class AttnBwdDkdv final : public GradStage {
     t[0].values.push_back(128);  // block_m 128: mma 90 at head_dim 64
     t.push_back({"sink_split", {1, 4, 16, 64},
                  "extra blocks per key tile holding sink tokens (window only), each over a chunk of its far queries"});
+    // Searched only where named (it multiplies every space; grids that fill the GPU gain nothing from it).
+    t.push_back({"item_split", {1},
+                 "mma 80: blocks per key tile, each over a chunk of its (GQA head, query tile) items, fp32 partials added "
+                 "after (for grids of few key tiles x kv heads: MQA); 1..16, within a 64 MiB workspace"});
     return t;
   }
   // mma 80: each warp owns one or two 16-key MMA tiles (the wgmma variant adds its own).
@@ -164,15 +188,22 @@ class AttnBwdDkdv final : public GradStage {
     if (c.sink_split < 1 || c.sink_split > kMaxSinkSplit) return "sink_split must be in 1.." + n(kMaxSinkSplit);
     if (c.sink_split > 1 && !s.has_sink_tiles())
       return "sink_split > 1 needs sink tokens and a window (no key tile sees every query)";
+    if (c.item_split < 1 || c.item_split > kMaxItemSplit) return "item_split must be in 1.." + n(kMaxItemSplit);
+    if (c.item_split > max_item_split(s))
+      return "item_split " + n(c.item_split) + " needs " + n(c.item_split * item_slot_floats(s) * 4 >> 20) +
+             " MiB of workspace, over its 64 MiB; this problem admits item_split <= " + n(max_item_split(s));
+    if (c.item_split > 1 && active_split(c, s) > 1) return "item_split > 1 and sink_split > 1 exclude each other";
     return std::nullopt;
   }
-  // The split's partial sums of the sink rows: (batch, heads_kv, slots, sink rows, head_dim) fp32 for dK
-  // and again for dV, with kMaxSinkSplit + 1 slots, whatever the config's sink_split (buffers() does not
-  // see the config); empty without sink tokens and a window.
+  // The splits' fp32 partials, whatever the config (buffers() does not see it), the larger of:
+  // the sink-token split's sink rows, (batch, heads_kv, kMaxSinkSplit + 1 slots, sink rows, head_dim) for dK and
+  // again for dV, empty without sink tokens and a window; the item split's max_item_split(s) slots of dK and dV of
+  // every key row, (batch, heads_kv, slots, seq_k, head_dim) each, empty where the problem admits no item split.
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
     const std::int64_t slots = s.has_sink_tiles() ? kMaxSinkSplit + 1 : 0;
-    b.push_back({"sink_partials", core::DType::f32, 2 * s.batch * s.heads_kv * slots * sink_rows(s) * s.head_dim,
-                 BufferRole::workspace, 0, 0});
+    const std::int64_t sink = 2 * s.batch * s.heads_kv * slots * sink_rows(s) * s.head_dim;
+    const std::int64_t items = max_item_split(s) > 1 ? max_item_split(s) * item_slot_floats(s) : 0;
+    b.push_back({"split_partials", core::DType::f32, std::max(sink, items), BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dk", s.elements_kv()}, {"dv", s.elements_kv()}};

@@ -4,8 +4,8 @@
 // specialized TMA kernel (attn_bwd_sm90_tma.cuh: a producer warpgroup, consumer warpgroups of 64 keys, dQ staged
 // in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order).
 // launch() zeroes the accumulator, runs the pass, then the same kernel with convert = 1 (dq = scale * accumulator
-// in the dtype), all three timed. Not deterministic in dQ (the adds' order); dK and dV are. The tuner's
-// alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
+// in the dtype), all three timed. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
+// in key-block order, turn counters after the accumulator). The tuner's alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
 #include <algorithm>
 #include <cstring>
 
@@ -24,6 +24,8 @@ std::string n(std::int64_t v) { return std::to_string(v); }
 // seq_q of them, row-major).
 std::int64_t acc_rows(const Shape& s) { return (s.seq_q + 63) / 64 * 64; }
 std::int64_t acc_elements(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) * s.head_dim; }
+// mma 91's turn counters (deterministic dQ): one int per 64 x 64 piece of the accumulator, after it.
+std::int64_t turn_counters(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) / 64 * std::max<std::int64_t>(1, s.head_dim / 64); }
 
 class FusedWgmma final : public GradVariant {
  public:
@@ -35,6 +37,7 @@ class FusedWgmma final : public GradVariant {
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     if (c.mma != 90 && c.mma != 80)  // 80: a config recorded before the selector (this kernel ran it)
       return "mma must be 90 (wgmma, cp.async) or 91 (TMA, warp-specialized), not " + n(c.mma);
+    if (c.dq_order != 1) return "mma 90 adds dQ by atomics in any order: dq_order 2 (deterministic) needs mma 91";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -82,8 +85,11 @@ class FusedTma final : public GradVariant {
              " consumer warpgroups get " + n(cap) + ")";
     return std::nullopt;
   }
+  // dq_order 2 appends the kernel's last template argument, kDeterministic (its default, false, is left out).
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
-    return wgmma_name("attn_bwd_fused_tma_kernel", c, s);
+    std::string name = wgmma_name("attn_bwd_fused_tma_kernel", c, s);
+    if (c.dq_order == 2) name.insert(name.size() - 1, ", true");
+    return name;
   }
   // One block per key tile, per kv head; the producer's 128 threads on top.
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
@@ -144,7 +150,8 @@ class AttnBwdFused final : public GradStage {
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
     attn::expect_buffers(env, std::size_t(kFusedAcc + 1), name());
-    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(acc_elements(s)), 0u, static_cast<CUstream>(env.stream));
+    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(acc_elements(s) + turn_counters(s)), 0u,
+                   static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
     launch_pass(env, args);
     const std::int64_t quads = acc_rows(s) * s.head_dim / 4, threads = env.shape.threads_per_block();
@@ -161,7 +168,14 @@ class AttnBwdFused final : public GradStage {
         {"block_n", {64, 128}, "keys per block: 64 per warpgroup"},
         {"num_warps", {4, 8}, "warps per block (a warpgroup = 4 warps)"},
         {"num_stages", {1, 2}, "items in flight (pipeline depth: cp.async stages, mma 91 TMA stages)"},
+        // Searched only where named: a caller's requirement, not a speed choice.
+        {"dq_order", {1}, "1 = dQ adds in whatever order blocks reach them; 2 = in key-block order, the same bits on "
+                          "every run (deterministic; mma 91)"},
     };
+  }
+  std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {
+    if (c.dq_order != 1 && c.dq_order != 2) return "dq_order must be 1 (any order) or 2 (deterministic), not " + n(c.dq_order);
+    return std::nullopt;
   }
   std::vector<Binding> bindings(const BwdConfig&, const Shape&) const override {
     auto b = grad_inputs();
@@ -169,8 +183,9 @@ class AttnBwdFused final : public GradStage {
                        {offsetof(BwdParams, dv), kFusedDv}, {offsetof(BwdParams, ws), kFusedAcc}});
     return b;
   }
+  // The fp32 accumulator, then mma 91's turn counters (int32, in the same buffer and zeroed with it).
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
-    b.push_back({"dq_accum", core::DType::f32, acc_elements(s), BufferRole::workspace, 0, 0});
+    b.push_back({"dq_accum", core::DType::f32, acc_elements(s) + turn_counters(s), BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};

@@ -52,7 +52,7 @@ ParamsArg bwd_params(const Shape& s, const std::vector<Binding>& bindings) {
   prm.k_sb = hkv * sk * d, prm.k_sh = sk * d, prm.k_ss = d;
   prm.batch = int(s.batch), prm.heads_q = int(hq), prm.heads_kv = int(hkv), prm.seq_q = int(sq), prm.seq_k = int(sk);
   prm.window = int(s.window), prm.sink_tokens = int(s.sink_tokens);
-  prm.sink_split = 1;
+  prm.sink_split = 1, prm.item_split = 1;
   prm.scale = float(1.0 / std::sqrt(double(d)));
   ParamsArg a = ParamsArg::of(prm);
   for (const auto& b : bindings) a.bind(b.member, b.buffer);

@@ -37,7 +37,7 @@ struct Binding {
   int buffer;
 };
 
-/// The backward's parameter struct of problem s (every stage's scalars; sink_split 1, reduce and convert 0), as one
+/// The backward's parameter struct of problem s (every stage's scalars; sink_split and item_split 1, reduce and convert 0), as one
 /// kernel argument with `bindings` bound to the stage's buffers.
 ParamsArg bwd_params(const Shape& s, const std::vector<Binding>& bindings);
 

@@ -25,8 +25,10 @@ BwdConfig::BwdConfig(const core::Config& c)
     : Tiles(c),
       mma(c.get("mma", 80)),
       sink_split(c.get("sink_split", 1)),
+      item_split(c.get("item_split", 1)),
       min_blocks(c.get("min_blocks", 1)),
-      pack_heads(c.get("pack_heads", 1)) {}
+      pack_heads(c.get("pack_heads", 1)),
+      dq_order(c.get("dq_order", 1)) {}
 
 PreprocessConfig::PreprocessConfig(const core::Config& c) : block_m(c.at("block_m")), num_warps(c.at("num_warps")) {}
 

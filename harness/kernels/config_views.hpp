@@ -49,8 +49,10 @@ struct FwdConfig : Tiles {
 struct BwdConfig : Tiles {
   std::int64_t mma = 80;         ///< dkdv's variant: 80 mma.sync, 90 wgmma (fp32: the fp32 kernel, mma 80)
   std::int64_t sink_split = 1;   ///< dkdv: extra blocks per key tile holding sink tokens
+  std::int64_t item_split = 1;   ///< dkdv (mma 80): blocks per key tile, each over a chunk of the tile's items
   std::int64_t min_blocks = 1;   ///< dkdv, dq, dq_delta (mma.sync, fp16 / bf16): blocks per SM (__launch_bounds__)
   std::int64_t pack_heads = 1;   ///< dq, dq_delta (fp16 / bf16): query heads of one GQA group per block
+  std::int64_t dq_order = 1;     ///< fused: 1 = dQ adds in any order; 2 = in key-block order, deterministic (mma 91)
 
   explicit BwdConfig(const core::Config& c);
 };

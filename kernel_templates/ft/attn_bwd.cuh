@@ -125,3 +125,23 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   ft_fence_regs<kHeadDim / 2>(dv_acc);
   pack_a(dp);
 }
+
+// Deterministic dQ: how many key blocks of kBlockN keys before block n_block (of seq_k keys) visit query tile t
+// (kBlockM rows): the blocks whose adds into tile t's rows come before this block's. A block visits the tiles that
+// cover its FtAttnQueryRange, as the dK / dV loops walk them. Every lane of the warp takes part (one block per lane
+// per round, counted by ballot).
+template <int kBlockM, int kBlockN, bool kCausal, bool kWindow>
+__device__ __forceinline__ int ft_bwd_blocks_before(const FtAttnMask<kCausal, kWindow>& mask, int seq_k, int n_block, int t) {
+  const int lane = threadIdx.x % 32;
+  int count = 0;
+  for (int base = 0; base < n_block; base += 32) {
+    const int nb = base + lane;
+    bool visits = false;
+    if (nb < n_block) {
+      const FtAttnQueryRange<kCausal, kWindow> r(mask, nb * kBlockN, min(nb * kBlockN + kBlockN, seq_k));
+      visits = r.hi > r.lo && r.lo / kBlockM <= t && t * kBlockM < r.hi;
+    }
+    count += __popc(__ballot_sync(0xffffffffu, visits));
+  }
+  return count;
+}

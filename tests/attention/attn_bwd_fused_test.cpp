@@ -95,7 +95,8 @@ TEST(AttnBwdFused, ArgumentsAreOneParamsStruct) {
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDv].name, "dv");
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].dtype, core::DType::f32);
-  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64);  // whole 64-row blocks (mma 91's layout)
+  // whole 64-row blocks (mma 91's layout), then mma 91's turn counters: one per 64 x 64 piece
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64 + 2 * 4);
   const auto& a = std::get<kernels::ParamsArg>(args[0]);
   FtAttnBwdParams<void> prm;
   std::memcpy(&prm, a.bytes.data(), sizeof prm);
@@ -204,8 +205,21 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   EXPECT_EQ(s.grid[1], 2u);
   EXPECT_EQ(s.threads_per_block(), 256 + 128);
   // K, V (2 x 32 KiB), two stages of Q, dO + LSE, D (33 KiB each), two dS^T tiles (16 KiB each), the fp32 dQ
-  // staging tile (32 KiB), the alignment, 5 mbarriers.
-  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40));
+  // staging tile (32 KiB), the alignment, 5 mbarriers, 2 turn words.
+  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40 + 8));
+  // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats) and its turn counters (two 64-column chunks a
+  // row block).
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2);
+  // dq_order 2 (deterministic): the kernel's last template argument; mma 90 refuses it; 1 and 2 only.
+  auto det = c;
+  det.values["dq_order"] = 2;
+  ASSERT_EQ(f.can_run(det, p, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(det, p).name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 64, 2, 2, false, false, true>");
+  det.values["mma"] = 90;
+  EXPECT_NE(f.can_run(det, p, sm90).value_or("").find("dq_order 2 (deterministic) needs mma 91"), std::string::npos);
+  det.values["mma"] = 91;
+  det.values["dq_order"] = 3;
+  EXPECT_NE(f.can_run(det, p, sm90).value_or("").find("dq_order must be 1"), std::string::npos);
   // What it cannot run: two consumer warpgroups with 128-row items at head_dim 64 (past 240 registers), 3
   // consumer warpgroups, head_dim 256, another architecture.
   auto big = cfg(128, 128, 8, 2);
@@ -222,16 +236,21 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
 }
 
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
-// admits compiles for sm_90a; one consumer warpgroup (255 registers, no reallocation) and two (240 after the
-// producer's setmaxnreg) spill at most a few words.
+// admits compiles for sm_90a, and with deterministic dQ (dq_order 2) on the heaviest mask; one consumer warpgroup
+// (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words.
 TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto& f = fused();
   const auto dev = core::DeviceLimits::for_arch("sm_90a");
   std::vector<std::string> inst;
   for_each_swept_config(91, [&](const core::Config& c, const core::Problem& p) {
-    if (!f.can_run(c, p, dev)) inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
+    if (f.can_run(c, p, dev)) return;
+    inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
+    if (p.at("window") == 0) return;  // deterministic dQ (dq_order 2) on the heaviest mask
+    auto det = c;
+    det.values["dq_order"] = 2;
+    inst.push_back(flashtune::testing::attn_instantiation(f.specialize(det, p).name_expression));
   });
-  ASSERT_GE(inst.size(), 12u);
+  ASSERT_GE(inst.size(), 18u);
   const std::string source = flashtune::testing::read_template("attn_bwd_sm90_tma.cuh");
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);

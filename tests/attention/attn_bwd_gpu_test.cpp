@@ -69,6 +69,8 @@ void expect_variants_file_passes(const std::string& file, std::int64_t min_ok) {
 const core::Config kDkdv{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 1}}};
 // The sink tiles split over 7 extra blocks each (an odd count: chunks of unequal size).
 const core::Config kDkdvSplit{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", 7}}};
+// Every key tile's items split over 5 blocks (item_split; unequal and, on short tiles, empty chunks).
+const core::Config kDkdvItems{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"item_split", 5}}};
 // The Hopper kernel (mma 90, sm_90a only): one warpgroup per 64 keys, head dims 64 and 128.
 const core::Config kDkdvWgmma{
     {{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"sink_split", 1}, {"mma", 90}}};
@@ -77,6 +79,9 @@ const core::Config kDq{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"nu
 const core::Config kFused{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}}};
 // The same split on the warp-specialized TMA kernel (mma 91): a producer warpgroup and two consumer warpgroups.
 const core::Config kFusedTma{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}}};
+// The same with dQ added in key-block order (dq_order 2: deterministic).
+const core::Config kFusedTmaDet{
+    {{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}, {"dq_order", 2}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
 const core::Config kSink{{{"num_warps", 8}}};
@@ -137,27 +142,31 @@ studies:
 }
 
 // No atomics anywhere: the same inputs give the same bits, launch after launch (dK, dV with GQA and the
-// sink-token hot spot, unsplit and split over extra blocks, dQ, dQ and D inline, and the sink gradient's fixed-order
-// reduction), in bf16 and in fp32 exact and TF32.
+// sink-token hot spot, unsplit, split over extra blocks and item-split, dQ, dQ and D inline, and the sink gradient's
+// fixed-order reduction), in bf16 and in fp32 exact and TF32; and the fused TMA pass with deterministic dQ (its bulk
+// reduce-adds in key-block order), dQ, dK and dV, on sm_90a.
 TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   Launcher gpu;
   for (std::int64_t dt = 0; dt < 3; ++dt) {  // bf16, fp32 exact, fp32 TF32
-    for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_wgmma", "attn_bwd_dq", "attn_bwd_dq_delta",
-                             "attn_bwd_dsink"}) {
+    for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_items", "attn_bwd_dkdv_wgmma", "attn_bwd_dq",
+                             "attn_bwd_dq_delta", "attn_bwd_dsink", "attn_bwd_fused_det"}) {
       const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
                               {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3},
                               {"tf32", dt == 2}},
                              dt == 0 ? core::DType::bf16 : core::DType::f32);
       const std::string n = name;
-      if (n == "attn_bwd_dkdv_wgmma" && gpu.info().arch != "sm_90a") continue;  // mma 90 needs sm_90a
-      if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split" || n == "attn_bwd_dq_delta"))
+      if ((n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_fused_det") && gpu.info().arch != "sm_90a") continue;  // sm_90a only
+      if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split" || n == "attn_bwd_dkdv_items" ||
+                     n == "attn_bwd_dq_delta" || n == "attn_bwd_fused_det"))
         continue;  // fp16 / bf16 only
-      const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n);
+      const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n == "attn_bwd_fused_det" ? "attn_bwd_fused" : n);
       const core::Config& c = n == "attn_bwd_dsink" ? kSink
                               : n == "attn_bwd_dkdv" ? kDkdv
                               : n == "attn_bwd_dq" || n == "attn_bwd_dq_delta" ? kDq
                               : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
+                              : n == "attn_bwd_dkdv_items" ? kDkdvItems
+                              : n == "attn_bwd_fused_det" ? kFusedTmaDet
                                                            : kDkdvSplit;
       auto a = draw(f, p, 42), b = a;
       gpu.run(f, c, p, a);
@@ -215,22 +224,25 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
                                           {core::DType::f32, lse, {}}, {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}},
                                           {core::DType::f32, {}, {}}};  // + the workspace
       std::vector<kernels::HostTensor> dq(kv.begin(), kv.begin() + 7);
-      auto kv_split = kv, kv_wgmma = kv;
+      auto kv_split = kv, kv_wgmma = kv, kv_items = kv;
       std::vector<kernels::HostTensor> fused{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
                                              {core::DType::f32, delta, {}}, {dt, {}, {}}, {dt, {}, {}}, {dt, {}, {}},
                                              {core::DType::f32, {}, {}}};  // dq, dk, dv, the accumulator
       gpu.run(fam("attn_bwd_dkdv"), kDkdv, p, kv);
       const bool split = s.window > 0 && s.sink_tokens > 0 && dt != core::DType::f32;  // sink tiles split over extra blocks
       if (split) gpu.run(fam("attn_bwd_dkdv"), kDkdvSplit, p, kv_split);
+      const bool items = dt != core::DType::f32;  // every key tile's items over 5 blocks (mma 80, 16-bit)
+      if (items) gpu.run(fam("attn_bwd_dkdv"), kDkdvItems, p, kv_items);
       // The Hopper dkdv (mma 90) where it runs: sm_90a, head dims 64 and 128.
       const bool wgmma = !fam("attn_bwd_dkdv").can_run(kDkdvWgmma, p, gpu.info().limits);
       if (wgmma) gpu.run(fam("attn_bwd_dkdv"), kDkdvWgmma, p, kv_wgmma);
       gpu.run(fam("attn_bwd_dq"), kDq, p, dq);
       const bool one_pass = !fam("attn_bwd_fused").can_run(kFused, p, gpu.info().limits);
       if (one_pass) gpu.run(fam("attn_bwd_fused"), kFused, p, fused);
-      auto fused_tma = fused;
+      auto fused_tma = fused, fused_det = fused;
       const bool tma = !fam("attn_bwd_fused").can_run(kFusedTma, p, gpu.info().limits);
       if (tma) gpu.run(fam("attn_bwd_fused"), kFusedTma, p, fused_tma);
+      if (tma) gpu.run(fam("attn_bwd_fused"), kFusedTmaDet, p, fused_det);
       // The preprocess fused into dQ (fp16 / bf16): dQ and D from O, then dK, dV from that D, in the launch
       // order of `query backward`'s dq_delta way.
       const bool inline_delta = dt != core::DType::f32;
@@ -288,11 +300,18 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dq (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
         check("dk (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
         check("dv (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+        check("dq (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check("dk (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check("dv (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
       }
       if (inline_delta) {
         check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);
         check("dk (D of dq_delta)", kv_dqd[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
         check("dv (D of dq_delta)", kv_dqd[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
+      }
+      if (items) {
+        check("dk (item_split 5)", kv_items[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
+        check("dv (item_split 5)", kv_items[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
       }
       if (split) {
         check("dk (sink_split 7)", kv_split[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);

@@ -360,7 +360,10 @@ TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
   const auto workspace = dkdv.buffers(p).at(kernels::attn_bwd::kWorkspace);
   EXPECT_EQ(workspace.role, kernels::BufferRole::workspace);
   EXPECT_EQ(workspace.dtype, core::DType::f32);
-  EXPECT_EQ(workspace.elements, 2 * 2 * 2 * 65 * 100 * 16);  // dK and dV x batch x heads_kv x slots x rows x dim
+  // the larger of the sink split's (dK and dV x batch x heads_kv x slots x rows x dim) and the item split's 16 slots
+  // of (dK and dV x batch x heads_kv x seq_k x dim)
+  const std::int64_t item_slots = 16 * 2 * 2 * 2 * 1000 * 16;
+  EXPECT_EQ(workspace.elements, std::max<std::int64_t>(2 * 2 * 2 * 65 * 100 * 16, item_slots));
   for (std::int64_t split : {1, 5, 64}) {
     const auto c = config(split);
     ASSERT_EQ(dkdv.can_run(c, p, dev), std::nullopt) << split;
@@ -383,13 +386,14 @@ TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
   auto few_keys = sinks;
   few_keys["seq_k"] = 40;
   const auto pk = problem(dkdv, few_keys);
-  EXPECT_EQ(dkdv.buffers(pk).at(kernels::attn_bwd::kWorkspace).elements, 2 * 2 * 2 * 65 * 40 * 16);
+  EXPECT_EQ(dkdv.buffers(pk).at(kernels::attn_bwd::kWorkspace).elements,
+            std::max<std::int64_t>(2 * 2 * 2 * 65 * 40 * 16, 16 * 2 * 2 * 2 * 40 * 16));
   EXPECT_EQ(dkdv.launch_shape(config(3), pk, dev).grid[0], 1u + 3u);
-  // No sink tile to split: sink_split > 1 is refused with a reason and the workspace is empty.
+  // No sink tile to split: sink_split > 1 is refused with a reason and the workspace holds the item split's only.
   for (const auto& dims : {base, [&] { auto d = base; d["window"] = 64; return d; }(),
                            [&] { auto d = base; d["sink_tokens"] = 4; return d; }()}) {
     const auto q = problem(dkdv, dims);
-    EXPECT_EQ(dkdv.buffers(q).at(kernels::attn_bwd::kWorkspace).elements, 0) << q.key();
+    EXPECT_EQ(dkdv.buffers(q).at(kernels::attn_bwd::kWorkspace).elements, item_slots) << q.key();
     EXPECT_EQ(dkdv.can_run(config(1), q, dev), std::nullopt) << q.key();
     EXPECT_NE(dkdv.can_run(config(4), q, dev).value_or("").find("sink_split > 1 needs"), std::string::npos) << q.key();
     EXPECT_EQ(dkdv.launch_shape(config(1), q, dev).grid[0], 16u) << q.key();
@@ -401,6 +405,63 @@ TEST(AttnBwdFamilies, DkdvSinkSplitSizesTheGridAndWorkspace) {
   for (const auto& b : dkdv.buffers(p))
     if (b.role != kernels::BufferRole::workspace) io += double(b.elements) * double(core::dtype_size(b.dtype));
   EXPECT_EQ(dkdv.bytes_moved(p), io);
+}
+
+// The item split of dkdv (mma 80): item_split blocks per key tile, block x = tile * item_split + chunk, an fp32
+// workspace of max_item_split slots of dK and dV of every key row (within 64 MiB), item_split passed to the kernel;
+// refused past the workspace, beside an active sink_split, and by mma 90 and the fp32 kernel.
+TEST(AttnBwdFamilies, DkdvItemSplitSizesTheGridAndWorkspace) {
+  const auto dev = core::DeviceLimits::for_arch("sm_90a");
+  const auto& dkdv = fam("attn_bwd_dkdv");
+  auto config = [](std::int64_t items, std::int64_t sinks = 1) {
+    return core::Config{{{"block_m", 32}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 1}, {"sink_split", sinks},
+                         {"item_split", items}}};
+  };
+  // GStar stage 8: MQA 16 / 1, seq 4096, head_dim 16: 64 key tiles of 64; one slot is 2 x 4096 x 16 floats
+  const auto p = problem(dkdv, {{"batch", 1}, {"heads_q", 16}, {"heads_kv", 1}, {"seq_q", 4096}, {"head_dim", 16}, {"causal", 1}});
+  const auto workspace = dkdv.buffers(p).at(kernels::attn_bwd::kWorkspace);
+  EXPECT_EQ(workspace.role, kernels::BufferRole::workspace);
+  EXPECT_EQ(workspace.elements, 16 * 2 * 4096 * 16);
+  for (std::int64_t items : {1, 3, 16}) {
+    const auto c = config(items);
+    ASSERT_EQ(dkdv.can_run(c, p, dev), std::nullopt) << items;
+    EXPECT_EQ(dkdv.launch_shape(c, p, dev).grid[0], unsigned(64 * items)) << items;
+    const auto args = dkdv.arguments(c, p);
+    ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdParams<void>), dkdv.buffers(p)), "");
+    FtAttnBwdParams<void> prm;
+    std::memcpy(&prm, std::get<kernels::ParamsArg>(args[0]).bytes.data(), sizeof prm);
+    EXPECT_EQ(prm.item_split, items);
+    EXPECT_EQ(prm.sink_split, 1);
+    EXPECT_EQ(prm.reduce, 0);
+  }
+  EXPECT_NE(dkdv.can_run(config(17), p, dev).value_or("").find("item_split must be in 1..16"), std::string::npos);
+  // a problem whose slot is 2 x 8 x 8192 x 128 x 4 bytes = 64 MiB admits no item split, and has no workspace
+  const auto big = problem(dkdv, {{"batch", 1}, {"heads_q", 32}, {"heads_kv", 8}, {"seq_q", 8192}, {"head_dim", 128}, {"causal", 1}});
+  EXPECT_EQ(dkdv.buffers(big).at(kernels::attn_bwd::kWorkspace).elements, 0);
+  EXPECT_EQ(dkdv.can_run(config(1), big, dev), std::nullopt);
+  EXPECT_NE(dkdv.can_run(config(2), big, dev).value_or("").find("admits item_split <= 1"), std::string::npos);
+  // half that admits 2: the workspace holds two slots
+  const auto half = problem(dkdv, {{"batch", 1}, {"heads_q", 32}, {"heads_kv", 4}, {"seq_q", 8192}, {"head_dim", 128}, {"causal", 1}});
+  EXPECT_EQ(dkdv.buffers(half).at(kernels::attn_bwd::kWorkspace).elements, 2 * 2 * 4 * 8192 * 128);
+  EXPECT_EQ(dkdv.can_run(config(2), half, dev), std::nullopt);
+  EXPECT_NE(dkdv.can_run(config(3), half, dev).value_or("").find("admits item_split <= 2"), std::string::npos);
+  // beside the sink-token split: refused where that split is active, allowed where it is not (no sink tiles)
+  const auto sinks = problem(dkdv, {{"batch", 1}, {"heads_q", 16}, {"heads_kv", 1}, {"seq_q", 4096}, {"head_dim", 16},
+                                    {"causal", 1}, {"window", 256}, {"sink_tokens", 4}});
+  EXPECT_EQ(dkdv.can_run(config(4), sinks, dev), std::nullopt);
+  EXPECT_EQ(dkdv.can_run(config(1, 8), sinks, dev), std::nullopt);
+  EXPECT_NE(dkdv.can_run(config(4, 8), sinks, dev).value_or("").find("exclude each other"), std::string::npos);
+  // the workspace serves both: the larger of the sink split's and the item split's
+  EXPECT_EQ(dkdv.buffers(sinks).at(kernels::attn_bwd::kWorkspace).elements, 16 * 2 * 4096 * 16);
+  // the other variants refuse it
+  const auto d64 = problem(dkdv, {{"batch", 1}, {"heads_q", 16}, {"heads_kv", 1}, {"seq_q", 4096}, {"head_dim", 64}, {"causal", 1}});
+  auto wgmma = core::Config{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}, {"mma", 90}, {"item_split", 1}}};
+  EXPECT_EQ(dkdv.can_run(wgmma, d64, dev), std::nullopt);
+  wgmma.values["item_split"] = 4;
+  EXPECT_NE(dkdv.can_run(wgmma, d64, dev).value_or("").find("item_split must be 1"), std::string::npos);
+  const auto f32 = problem(dkdv, {{"batch", 1}, {"heads_q", 16}, {"heads_kv", 1}, {"seq_q", 512}, {"head_dim", 64}, {"causal", 1}},
+                           core::DType::f32);
+  EXPECT_NE(dkdv.can_run(config(4), f32, dev).value_or("").find("item_split 1"), std::string::npos);
 }
 
 // The runner's data path on the CPU: inputs filled as it fills them, both references, the pass rule.

@@ -1,0 +1,23 @@
+// kernel_templates/ft/order.cuh: ordering work between blocks through counters in global memory (gpu scope): a
+// block waits until a counter reaches its turn (acquire), does its writes, then passes the turn on (release).
+// Writes made by the async proxy (bulk reduce-adds) must be complete (ft_bulk_wait<0>) and fenced
+// (ft_fence_proxy_async_global) before the release; an async-proxy write after the acquire is fenced likewise.
+#pragma once
+
+// Spins (one thread) until *counter == turn; the loads acquire at gpu scope. A turn that never comes (a bug in who
+// counts what) traps after 2^28 polls, seconds, rather than hanging the GPU. Not inlined: a trap inlined into the
+// TMA backward's consumer made ptxas serialize its wgmma chains (C7512) and spill 1.3 KB.
+__device__ __noinline__ void ft_wait_turn(const int* counter, int turn) {
+  for (unsigned polls = 0; polls < (1u << 28); ++polls) {
+    int now;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");
+    if (now == turn) return;
+  }
+  __trap();
+}
+// *counter += 1, released at gpu scope: the writes before it are seen by whoever acquires the new value.
+__device__ __forceinline__ void ft_pass_turn(int* counter) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+}
+// Orders this thread's generic-proxy and async-proxy accesses to global memory.
+__device__ __forceinline__ void ft_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
