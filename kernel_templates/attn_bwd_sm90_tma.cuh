@@ -12,15 +12,18 @@
 // owns 64 keys and runs the transposed products of ft/attn_bwd.cuh per item:
 //   S^T = K Q^T, dP^T = V dO^T (ss), P^T from LSE, dV += P^T dO (rs), dS^T = P^T (dP^T - D), dK += dS^T Q (rs),
 //   dS^T (as T) into a shared tile (two buffers, alternating per item), then, once every consumer warpgroup's rows
-//   are in (named barrier 1), its pieces of dQ = dS K (ss, fp32) staged in shared memory and added into the fp32
-//   accumulator p.ws by one bulk reduce-add per piece (cp.reduce.async.bulk add.f32), issued by the warpgroup's
-//   first thread. dK (times scale) and dV are stored at the end.
+//   are in (named barrier 1), its pieces of dQ = dS K (ss, fp32) staged in shared memory (one buffer per piece,
+//   "dq full" once its warpgroup's threads have written it). dK (times scale) and dV are stored at the end.
+// The producer's warps 2 and 3 are the dQ writers (FlashAttention-3's layout): warp 2 + (piece % 2) waits for a
+// piece's "dq full", adds it into the fp32 accumulator p.ws by one bulk reduce-add (cp.reduce.async.bulk add.f32,
+// lane 0) and frees the buffer ("dq empty") once the add has read it, so the consumers go on to the next item
+// while the add runs.
 //
 // dQ's order: with kDeterministic off, the adds into a row block land in whatever order the blocks reach it. With
 // it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
-// in key-block order: a block's issuer counts the earlier key blocks that visit the item's query tile
-// (ft_bwd_blocks_before; the producer's warp 1 counts them per item, into the stage's turn word), waits until the counter reaches that count (ft/order.cuh), adds, waits for the add to
-// complete and passes the turn. Each block then walks each head's query tiles from the last: under a causal mask
+// in key-block order: a block's writer counts the earlier key blocks that visit the item's query tile
+// (ft_bwd_blocks_before), waits until the counter reaches that count (ft/order.cuh), adds, frees the buffer once
+// the add has read it, waits for the add to complete and passes the turn; the consumers do not wait for any of it. Each block then walks each head's query tiles from the last: under a causal mask
 // every key block visits the last tile, so the blocks start together and move down in step (walking up, block n
 // would wait for block 0 to climb to its first tile). A block only ever waits for blocks of lower index, which the
 // GPU starts first. The counters follow the accumulator in p.ws: one int per (batch, query head, 64-row block,
@@ -35,8 +38,7 @@
 // Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
 // slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
 // slabs), the dQ staging tile (kBlockM x kHeadDim floats, pieces in the accumulator's order), the mbarriers: K / V
-// full, then per stage full and empty, then per stage the item's dQ turn (int, deterministic only). Named barriers: 1 the dS^T tile (every consumer thread), 2 + cw
-// consumer warpgroup cw's staging.
+// full, per stage full and empty, per dQ piece full and empty. Named barrier 1: the dS^T tile (every consumer thread).
 #pragma once
 
 #include "attn_params.cuh"
@@ -100,9 +102,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, 1),
   };
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
+  static_assert(kDqPieces == FtAttnSmem::bwd_tma_dq_pieces(kHeadDim, kBlockM, kBlockN), "the host's dQ pieces");
   static_assert(FtAttnSmem::bwd_tma(kHeadDim, kBlockM, kBlockN, kStages) ==
                     1024 + 2LL * kKvBytes + 1LL * kStages * kStageBytes + 2LL * kDsBytes + 4LL * kBlockM * kHeadDim +
-                        8LL * (1 + 2 * kStages) + 4LL * kStages,
+                        8LL * (1 + 2 * kStages + 2 * kDqPieces),
                 "the host's shared memory size is this layout's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
@@ -122,8 +125,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   auto full = [&](int st) { return bars + 8u * unsigned(1 + st); };
   auto empty = [&](int st) { return bars + 8u * unsigned(1 + kStages + st); };
   auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
-  // Stage st's dQ turn (deterministic): written by warp 1 before it arrives on full(st), read by the issuers.
-  int* const turn_of_stage = reinterpret_cast<int*>(ft_smem_bwd_tma + (bars + 8u * unsigned(1 + 2 * kStages) - smem_raw));
+  auto dq_full = [&](int piece) { return bars + 8u * unsigned(1 + 2 * kStages + piece); };
+  auto dq_empty = [&](int piece) { return bars + 8u * unsigned(1 + 2 * kStages + kDqPieces + piece); };
+  auto staged = [&](int piece) { return smem_dq + unsigned(piece * kPieceFloats * 4); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
@@ -147,6 +151,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     for (int st = 0; st < kStages; ++st) {
       ft_mbarrier_init(full(st), 1 + 32);  // the TMA thread (with the bytes) and the LSE / D warp
       ft_mbarrier_init(empty(st), 128 * kConsumers);  // every consumer thread, after its last read of the stage
+    }
+    for (int piece = 0; piece < kDqPieces; ++piece) {
+      ft_mbarrier_init(dq_full(piece), 128);  // the owning consumer warpgroup's threads, after their stores
+      ft_mbarrier_init(dq_empty(piece), 1);   // the writer, once the add has read the buffer
     }
     ft_fence_mbarrier_init();
   }
@@ -192,26 +200,58 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           dst[r] = in ? p.lse[row0 + r] : 0.f;
           dst[kBlockM + r] = in ? p.delta[row0 + r] : 0.f;
         }
-        if constexpr (kDeterministic) {
-          const int turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, int(blockIdx.x), m0 / kBlockM);
-          if (lane == 0) turn_of_stage[st] = turn;
-        }
         ft_mbarrier_arrive(full(st));
       }
+    } else if (warp >= 2 && warp - 2 < kDqPieces && n_items > 0) {
+      // dQ writer of pieces warp - 2, warp, ...: each item's piece into the accumulator, in turn when deterministic.
+      const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
+      // Deterministic: the turn counters after the accumulator, kHeadDim / 64 per 64-row block.
+      int* const turns = reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
+      FtItemCursor at(0, t_count);
+      for (int i = 0; i < n_items; ++i, at.next()) {
+        int h, m0;
+        item_rows(at, h, m0);
+        int turn = 0;  // the earlier key blocks' adds into this tile (the whole warp counts them)
+        if constexpr (kDeterministic) turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, int(blockIdx.x), m0 / kBlockM);
+        for (int piece = warp - 2; piece < kDqPieces; piece += 2) {
+          if (lane == 0) {
+            const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
+            const long long acc_block = (static_cast<long long>(b) * p.heads_q + h) * n_rb + m0 / 64 + rb;
+            ft_mbarrier_wait(dq_full(piece), unsigned(i) & 1u);
+            if (m0 / 64 + rb < n_rb) {  // rows past seq_q (block_m 128): nothing to add
+              int* const counter = turns + acc_block * (kHeadDim / 64) + chunk;
+              if constexpr (kDeterministic) {
+                ft_wait_turn(counter, turn);
+                ft_fence_proxy_async_global();
+              }
+              ft_bulk_reduce_add_f32(p.ws + acc_block * (64LL * kHeadDim) + chunk * kPieceFloats, staged(piece),
+                                     unsigned(kPieceFloats * 4));
+              ft_bulk_commit();
+              ft_bulk_wait_read<0>();
+              ft_mbarrier_arrive(dq_empty(piece));
+              if constexpr (kDeterministic) {
+                ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
+                ft_fence_proxy_async_global();
+                ft_pass_turn(counter);
+              }
+            } else {
+              ft_mbarrier_arrive(dq_empty(piece));
+            }
+          }
+          __syncwarp();
+        }
+      }
+      if (lane == 0) ft_bulk_wait<0>();  // the adds are complete before the block's shared memory goes
     }
   } else {
     if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
     const int g = lane / 4, t4 = lane % 4;
-    const bool issuer = threadIdx.x % 128 == 0;  // this warpgroup's bulk reduce-adds
     const unsigned k_wg = smem_k + unsigned(cw * 64 * 128);  // this warpgroup's 64 keys in every K / V slab
     const unsigned v_wg = smem_v + unsigned(cw * 64 * 128);
     const int key0 = n0 + cw * 64 + (warp % 4) * 16 + g;  // this thread's keys: key0 and key0 + 8
     const float kLog2e = 1.4426950408889634f;
     const float scale_log2 = p.scale * kLog2e;
-    const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
-    // Deterministic: the turn counters after the accumulator, kHeadDim / 64 per 64-row block.
-    int* const turns = reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
 
     float dk_acc[kHeadDim / 2], dv_acc[kHeadDim / 2];
     ft_zero(dk_acc);
@@ -242,14 +282,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
       ft_fence_proxy_async();                  // the dS^T stores, read next by wgmma
       ft_named_barrier_sync(1, 128 * kConsumers);  // every warpgroup's rows are in
-      const long long head_acc = (static_cast<long long>(b) * p.heads_q + h) * n_rb;
       bool released = false;  // this thread has freed the stage (once per item; the same in the whole warpgroup)
-      // Deterministic: the item's dQ turn, read before the stage (its turn word included) is freed.
-      const int turn = kDeterministic && issuer ? turn_of_stage[st] : 0;
 #pragma unroll
       for (int piece = cw; piece < kDqPieces; piece += kConsumers) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
-        if (m0 / 64 + rb >= n_rb) continue;  // rows past seq_q (block_m 128): nothing to add (the warpgroup's choice)
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
         // Issued while dK's chain may still run (it reads the dS^T fragments and writes dK, neither of which dQ
@@ -263,42 +299,25 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         released = true;
         ft_wgmma_wait<0>();
         ft_fence_regs<kDqN / 2>(dq);
-        // Stage the piece in accumulator order once the previous reduce-add has read it, then add it.
-        const unsigned staged = smem_dq + unsigned(piece * kPieceFloats * 4);
-        if (issuer) ft_bulk_wait_read<0>();
-        ft_named_barrier_sync(2 + cw, 128);
+        // Stage the piece in accumulator order once the writer's add of the previous item has read the buffer,
+        // then hand it to the writer (every item stages every piece, rows past seq_q too: the phases stay i & 1).
+        if (i > 0) ft_mbarrier_wait(dq_empty(piece), unsigned(i - 1) & 1u);
 #pragma unroll
         for (int nt = 0; nt < kDqN / 8; ++nt)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const unsigned at_f = unsigned(64 * (2 * ((warp % 4) * (kDqN / 8) + nt) + r) + 2 * lane);
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(staged + 4 * at_f), "f"(dq[nt * 4 + 2 * r]),
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(staged(piece) + 4 * at_f), "f"(dq[nt * 4 + 2 * r]),
                          "f"(dq[nt * 4 + 2 * r + 1])
                          : "memory");
           }
-        ft_fence_proxy_async();
-        ft_named_barrier_sync(2 + cw, 128);
-        if (issuer) {
-          const long long block0 = (head_acc + m0 / 64 + rb) * (64LL * kHeadDim) + chunk * kPieceFloats;
-          int* const counter = turns + (head_acc + m0 / 64 + rb) * (kHeadDim / 64) + chunk;
-          if constexpr (kDeterministic) {
-            ft_wait_turn(counter, turn);
-            ft_fence_proxy_async_global();
-          }
-          ft_bulk_reduce_add_f32(p.ws + block0, staged, unsigned(kPieceFloats * 4));
-          ft_bulk_commit();
-          if constexpr (kDeterministic) {
-            ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
-            ft_fence_proxy_async_global();
-            ft_pass_turn(counter);
-          }
-        }
+        ft_fence_proxy_async();  // the stores, read next by the bulk add (async proxy)
+        ft_mbarrier_arrive(dq_full(piece));
       }
       ft_wgmma_wait<0>();  // dK (a warpgroup without a dQ piece waits here)
       ft_fence_regs<kHeadDim / 2>(dk_acc);
       if (!released) ft_mbarrier_arrive(empty(st));
     }
-    if (issuer) ft_bulk_wait<0>();  // the adds are complete before the block's shared memory goes
     ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
   }
 #else

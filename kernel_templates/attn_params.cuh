@@ -107,15 +107,27 @@ struct FtAttnEagerParams {
   float scale;  // softmax scale (kEagerScale)
 };
 
-// ---------------------------------------------------------------------------------------------
-// Dynamic shared memory of the attention kernels [bytes] as functions of their template arguments: the host
-// sizes each launch with them and the kernels lay their tiles out by them, so the two cannot drift. 16-bit
-// tiles are rows x head_dim x 2 bytes; the fp32 kernels' rows are padded to head_dim + 4 floats.
+// Functions of template arguments that the host calls too.
 #ifdef __CUDACC_RTC__
 #define FT_HOST_DEVICE __host__ __device__
 #else
 #define FT_HOST_DEVICE
 #endif
+
+// The dQ split of the TMA backward (attn_bwd_fused_tma_kernel; the host's register estimate): a block_m x head_dim
+// dQ tile is block_m / 64 row blocks x split() column chunks of head_dim / split() columns (64 or 128), its pieces
+// dealt round-robin to the consumer warpgroups.
+struct FtBwdDqSplit {
+  static constexpr FT_HOST_DEVICE int split(int head_dim, int block_m, int consumers) {
+    const int s = consumers / (block_m / 64);
+    return s < 1 ? 1 : (s > head_dim / 64 ? head_dim / 64 : s);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic shared memory of the attention kernels [bytes] as functions of their template arguments: the host
+// sizes each launch with them and the kernels lay their tiles out by them, so the two cannot drift. 16-bit
+// tiles are rows x head_dim x 2 bytes; the fp32 kernels' rows are padded to head_dim + 4 floats.
 struct FtAttnSmem {
   // attn_fwd_mma_kernel: the Q tile, then `stages` (K tile, V tile) pairs from offset fwd_kv.
   static constexpr FT_HOST_DEVICE long long fwd_kv(int hd, int bm) { return 2LL * bm * hd; }
@@ -154,11 +166,14 @@ struct FtAttnSmem {
     return 4LL * bn * hd + (fused ? 2LL * bn * bm : 0) + stages * bwd_wgmma_stage(hd, bm) + 1024;
   }
   // attn_bwd_fused_tma_kernel: from the first 1024-byte boundary the K and V tiles, `stages` x (Q, dO, LSE, D)
-  // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd), then the mbarriers
-  // (8 bytes each): K / V full, per stage full, per stage empty; then an int per stage (the item's dQ turn).
+  // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd: its pieces), then the
+  // mbarriers (8 bytes each): K / V full, per stage full, per stage empty, per dQ piece full, per dQ piece empty.
+  static constexpr FT_HOST_DEVICE int bwd_tma_dq_pieces(int hd, int bm, int bn) {
+    return bm / 64 * FtBwdDqSplit::split(hd, bm, bn / 64);
+  }
   static constexpr FT_HOST_DEVICE long long bwd_tma(int hd, int bm, int bn, int stages) {
-    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd + 8LL * (1 + 2 * stages) +
-           4LL * stages;
+    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd +
+           8LL * (1 + 2 * stages + 2 * bwd_tma_dq_pieces(hd, bm, bn));
   }
   // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
   static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {
@@ -194,15 +209,6 @@ struct FtWarpRoleRegs {
   }
 };
 
-// The dQ split of the TMA backward (attn_bwd_fused_tma_kernel; the host's register estimate): a block_m x head_dim
-// dQ tile is block_m / 64 row blocks x split() column chunks of head_dim / split() columns (64 or 128), its pieces
-// dealt round-robin to the consumer warpgroups.
-struct FtBwdDqSplit {
-  static constexpr FT_HOST_DEVICE int split(int head_dim, int block_m, int consumers) {
-    const int s = consumers / (block_m / 64);
-    return s < 1 ? 1 : (s > head_dim / 64 ? head_dim / 64 : s);
-  }
-};
 
 #ifndef __CUDACC_RTC__
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");

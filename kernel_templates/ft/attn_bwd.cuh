@@ -128,10 +128,12 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
 
 // Deterministic dQ: how many key blocks of kBlockN keys before block n_block (of seq_k keys) visit query tile t
 // (kBlockM rows): the blocks whose adds into tile t's rows come before this block's. A block visits the tiles that
-// cover its FtAttnQueryRange, as the dK / dV loops walk them. Every lane of the warp takes part (one block per lane
-// per round, counted by ballot).
+// cover its FtAttnQueryRange, as the dK / dV loops walk them. Without a window every earlier block does (no mask, or
+// causal: an earlier block's first visible query is no later, and every block sees up to the last query): n_block.
+// With one, every lane of the warp takes part (one block per lane per round, counted by ballot).
 template <int kBlockM, int kBlockN, bool kCausal, bool kWindow>
 __device__ __forceinline__ int ft_bwd_blocks_before(const FtAttnMask<kCausal, kWindow>& mask, int seq_k, int n_block, int t) {
+  if constexpr (!kWindow) return n_block;
   const int lane = threadIdx.x % 32;
   int count = 0;
   for (int base = 0; base < n_block; base += 32) {

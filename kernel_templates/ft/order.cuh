@@ -5,9 +5,10 @@
 #pragma once
 
 // Spins (one thread) until *counter == turn; the loads acquire at gpu scope. A turn that never comes (a bug in who
-// counts what) traps after 2^28 polls, seconds, rather than hanging the GPU. Not inlined: a trap inlined into the
-// TMA backward's consumer made ptxas serialize its wgmma chains (C7512) and spill 1.3 KB.
-__device__ __noinline__ void ft_wait_turn(const int* counter, int turn) {
+// counts what) traps after 2^28 polls, seconds, rather than hanging the GPU. Call it outside wgmma warpgroups (the
+// TMA backward: its dQ writer warps): inlined into a consumer warpgroup, the trap made ptxas serialize the wgmma
+// chains (C7512) and spill 1.3 KB; not inlined, the call spilled the writer's 24 registers.
+__device__ __forceinline__ void ft_wait_turn(const int* counter, int turn) {
   for (unsigned polls = 0; polls < (1u << 28); ++polls) {
     int now;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(now) : "l"(counter) : "memory");

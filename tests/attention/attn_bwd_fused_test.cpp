@@ -205,8 +205,8 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   EXPECT_EQ(s.grid[1], 2u);
   EXPECT_EQ(s.threads_per_block(), 256 + 128);
   // K, V (2 x 32 KiB), two stages of Q, dO + LSE, D (33 KiB each), two dS^T tiles (16 KiB each), the fp32 dQ
-  // staging tile (32 KiB), the alignment, 5 mbarriers, 2 turn words.
-  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40 + 8));
+  // staging tile (32 KiB), the alignment, 5 mbarriers, a full and an empty mbarrier for each of the 2 dQ pieces.
+  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40 + 32));
   // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats) and its turn counters (two 64-column chunks a
   // row block).
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2);
@@ -237,7 +237,9 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
 
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
 // admits compiles for sm_90a, and with deterministic dQ (dq_order 2) on the heaviest mask; one consumer warpgroup
-// (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words.
+// (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words. (The
+// most, 80 bytes, is head_dim 128 with two consumers: ~24 in the consumers, the rest in the dQ writer warps, which
+// run on the producer's 24 registers.)
 TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto& f = fused();
   const auto dev = core::DeviceLimits::for_arch("sm_90a");
@@ -255,5 +257,5 @@ TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
   EXPECT_EQ(r.entries, int(inst.size()));
-  EXPECT_LE(most_spill(r.record.log), 64) << r.record.log;
+  EXPECT_LE(most_spill(r.record.log), 96) << r.record.log;
 }
