@@ -75,9 +75,11 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   *reinterpret_cast<uint2*>(p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + row * p.q_ss + col) = out;
 }
 
+// kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts
+// two blocks' consumers on an SM, unsynchronized (one's softmax beside the other's wgmma).
 template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
-          bool kDeterministic = false>
-__global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
+          bool kDeterministic = false, int kMinBlocks = 1>
+__global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
   static_assert(kBlockM == 64 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64 or 128");
@@ -98,8 +100,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     kDqN = kHeadDim / kDqSplit,
     kDqPieces = (kBlockM / 64) * kDqSplit,
     kPieceFloats = 64 * kDqN,
-    kRealloc = FtWarpRoleRegs::realloc(kConsumers, 1),
-    kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, 1),
+    kRealloc = FtWarpRoleRegs::realloc(kConsumers, kMinBlocks),
+    kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
   };
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   static_assert(kDqPieces == FtAttnSmem::bwd_tma_dq_pieces(kHeadDim, kBlockM, kBlockN), "the host's dQ pieces");

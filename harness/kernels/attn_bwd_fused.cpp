@@ -38,6 +38,7 @@ class FusedWgmma final : public GradVariant {
     if (c.mma != 90 && c.mma != 80)  // 80: a config recorded before the selector (this kernel ran it)
       return "mma must be 90 (wgmma, cp.async) or 91 (TMA, warp-specialized), not " + n(c.mma);
     if (c.dq_order != 1) return "mma 90 adds dQ by atomics in any order: dq_order 2 (deterministic) needs mma 91";
+    if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 90 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -78,17 +79,30 @@ class FusedTma final : public GradVariant {
     if (c.num_warps > 8 || s.head_dim > 128)
       return "mma 91: at most 2 consumer warpgroups (num_warps 4 or 8) and head_dim 64 or 128";
     const int consumers = int(c.warpgroups());
-    if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), 0)) return "mma 91: " + *why;
-    const std::int64_t cap = FtWarpRoleRegs::consumer(consumers, 1), regs = registers(c, s);
+    const std::int64_t smem = smem_bytes(c, s), mb = c.min_blocks;
+    if (auto why = wgmma_problem(c, s, d, smem, 0)) return "mma 91: " + *why;
+    if (mb < 1 || mb > 4 || (c.num_warps + 4) * 32 * mb > 2048)
+      return "mma 91: min_blocks " + n(mb) + " x " + n((c.num_warps + 4) * 32) + " threads > 2048 per SM (or not in 1..4)";
+    if (mb > 1 && (smem + 1024) * mb > d.max_shared_per_sm)
+      return "mma 91: min_blocks " + n(mb) + " x " + n(smem) + " B of shared memory > " + n(d.max_shared_per_sm) + " B per SM";
+    // ptxas needs the dK and dV accumulators (head_dim) and ~30 others within the launch share itself (the forward's
+    // C7602), whatever setmaxnreg adds later.
+    const std::int64_t entry = FtWarpRoleRegs::entry(consumers, int(mb));
+    if (entry < s.head_dim + 30)
+      return "mma 91: min_blocks " + n(mb) + " leaves " + n(entry) + " registers per thread at launch, fewer than the " +
+             n(s.head_dim) + " dK, dV accumulators and ~30 others";
+    const std::int64_t cap = FtWarpRoleRegs::consumer(consumers, int(mb)), regs = registers(c, s);
     if (regs > cap)
       return "mma 91: about " + n(regs) + " registers per consumer thread needed (" + n(consumers) +
              " consumer warpgroups get " + n(cap) + ")";
     return std::nullopt;
   }
-  // dq_order 2 appends the kernel's last template argument, kDeterministic (its default, false, is left out).
+  // dq_order 2 and min_blocks append the kernel's last template arguments, kDeterministic and kMinBlocks, where
+  // they are not the defaults (false, 1).
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
     std::string name = wgmma_name("attn_bwd_fused_tma_kernel", c, s);
-    if (c.dq_order == 2) name.insert(name.size() - 1, ", true");
+    if (c.dq_order == 2 || c.min_blocks != 1) name.insert(name.size() - 1, c.dq_order == 2 ? ", true" : ", false");
+    if (c.min_blocks != 1) name.insert(name.size() - 1, ", " + n(c.min_blocks));
     return name;
   }
   // One block per key tile, per kv head; the producer's 128 threads on top.
@@ -171,6 +185,9 @@ class AttnBwdFused final : public GradStage {
         // Searched only where named: a caller's requirement, not a speed choice.
         {"dq_order", {1}, "1 = dQ adds in whatever order blocks reach them; 2 = in key-block order, the same bits on "
                           "every run (deterministic; mma 91)"},
+        // Searched only where named (session 23: tried at head_dim 64, one consumer warpgroup).
+        {"min_blocks", {1}, "mma 91: blocks per SM it is compiled to fit (__launch_bounds__; 2: two one-consumer blocks "
+                            "share an SM)"},
     };
   }
   std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {

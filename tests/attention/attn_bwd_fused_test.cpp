@@ -220,11 +220,25 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   det.values["mma"] = 91;
   det.values["dq_order"] = 3;
   EXPECT_NE(f.can_run(det, p, sm90).value_or("").find("dq_order must be 1"), std::string::npos);
+  // min_blocks 2 (one consumer warpgroup, head_dim 64): the kernel's last template argument; at head_dim 128 two
+  // blocks exceed the SM's shared memory; mma 90 refuses it.
+  auto two = cfg(64, 64, 4, 2);
+  two.values["mma"] = 91;
+  two.values["min_blocks"] = 2;
+  const auto p64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}});
+  ASSERT_EQ(f.can_run(two, p64, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(two, p64).name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 64, 64, 1, 2, false, false, false, 2>");
+  two.values["dq_order"] = 2;
+  EXPECT_EQ(f.specialize(two, p64).name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 64, 64, 1, 2, false, false, true, 2>");
+  EXPECT_NE(f.can_run(two, p, sm90).value_or("").find("mma 91: min_blocks 2 x 150584 B of shared memory"), std::string::npos)
+      << f.can_run(two, p, sm90).value_or("(runs)");
+  two.values["dq_order"] = 1;
+  two.values["mma"] = 90;
+  EXPECT_NE(f.can_run(two, p64, sm90).value_or("").find("min_blocks is an mma 91 option"), std::string::npos);
   // What it cannot run: two consumer warpgroups with 128-row items at head_dim 64 (past 240 registers), 3
   // consumer warpgroups, head_dim 256, another architecture.
   auto big = cfg(128, 128, 8, 2);
   big.values["mma"] = 91;
-  const auto p64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}});
   EXPECT_NE(f.can_run(big, p64, sm90).value_or("").find("registers per consumer thread"), std::string::npos);
   auto three = cfg(64, 192, 12, 2);
   three.values["mma"] = 91;
@@ -247,12 +261,17 @@ TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   for_each_swept_config(91, [&](const core::Config& c, const core::Problem& p) {
     if (f.can_run(c, p, dev)) return;
     inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
-    if (p.at("window") == 0) return;  // deterministic dQ (dq_order 2) on the heaviest mask
+    if (p.at("window") == 0) return;  // deterministic dQ (dq_order 2) and two blocks per SM on the heaviest mask
     auto det = c;
     det.values["dq_order"] = 2;
     inst.push_back(flashtune::testing::attn_instantiation(f.specialize(det, p).name_expression));
+    for (std::int64_t order : {1, 2}) {
+      auto two = c;
+      two.values["min_blocks"] = 2, two.values["dq_order"] = order;
+      if (!f.can_run(two, p, dev)) inst.push_back(flashtune::testing::attn_instantiation(f.specialize(two, p).name_expression));
+    }
   });
-  ASSERT_GE(inst.size(), 18u);
+  ASSERT_GE(inst.size(), 22u);
   const std::string source = flashtune::testing::read_template("attn_bwd_sm90_tma.cuh");
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
