@@ -48,6 +48,7 @@
 #include "ft/mask.cuh"
 #include "ft/mma.cuh"
 #include "ft/order.cuh"
+#include "ft/schedule.cuh"
 #include "ft/tma.cuh"
 #include "ft/wgmma.cuh"
 
@@ -133,9 +134,14 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;
-  const int h_kv = blockIdx.y, b = blockIdx.z;
+  // The block's (key block, kv head, batch): the grid (key blocks, heads_kv, batch) walked in sections of
+  // tp.unit_group (kv head, batch) pairs, key blocks in order over each section's pairs (ft_section_slot). A block
+  // only ever follows blocks of its pair with lower key blocks (deterministic dQ's turns rely on it).
+  const FtSectionSlot slot = ft_section_slot(int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), int(gridDim.x),
+                                             tp.unit_group, int(gridDim.y * gridDim.z));
+  const int n_block = slot.inner, h_kv = slot.unit % int(gridDim.y), b = slot.unit / int(gridDim.y);
   const int group = p.heads_q / p.heads_kv;
-  const int n0 = blockIdx.x * kBlockN;
+  const int n0 = n_block * kBlockN;
   const int n1 = min(n0 + kBlockN, p.seq_k);
   const FtAttnMask<kCausal, kWindow> mask(p.seq_q, p.seq_k, p.window, p.sink_tokens);
   const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
@@ -214,7 +220,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         int h, m0;
         item_rows(at, h, m0);
         int turn = 0;  // the earlier key blocks' adds into this tile (the whole warp counts them)
-        if constexpr (kDeterministic) turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, int(blockIdx.x), m0 / kBlockM);
+        if constexpr (kDeterministic) turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, n_block, m0 / kBlockM);
         for (int piece = warp - 2; piece < kDqPieces; piece += 2) {
           if (lane == 0) {
             const int rb = piece / kDqSplit, chunk = piece % kDqSplit;

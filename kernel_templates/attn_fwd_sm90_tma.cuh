@@ -107,10 +107,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   };
   auto unit_of = [&](int u) {
     Unit w;
-    const int section = u / (n_m * tp.unit_group), r = u - section * n_m * tp.unit_group;
-    const int width = min(tp.unit_group, n_hb - section * tp.unit_group);  // hb's in this section
-    const int hb = section * tp.unit_group + r % width, hg = hb % (p.heads_q / kPackHeads);
-    w.m0 = (n_m - 1 - r / width) * kRowsPerHead;
+    const FtSectionSlot at = ft_section_slot(u, n_m, tp.unit_group, n_hb);
+    const int hb = at.unit, hg = hb % (p.heads_q / kPackHeads);
+    w.m0 = (n_m - 1 - at.inner) * kRowsPerHead;
     w.m1 = min(w.m0 + kRowsPerHead, p.seq_q);
     w.h0 = hg * kPackHeads;
     w.b = hb / (p.heads_q / kPackHeads);

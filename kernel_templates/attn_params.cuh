@@ -76,10 +76,13 @@ struct FtAttnBwdParams {
 // of Q, K, V and dO, each 4-D (head_dim, seq, heads, batch; innermost first) over the 16-bit tensor with the
 // 128-byte swizzle, boxes of 64 columns x block_m rows (Q, dO) or block_n rows (K, V). The host encodes them per
 // launch.
+// unit_group: (kv head, batch) pairs per section of the block order (>= 1; ft_section_slot): inside a section the
+// key blocks go in order over all of its pairs, key block 0 (causal: the heaviest) of every pair first.
 template <typename T>
 struct FtAttnBwdTmaParams {
   FtAttnBwdParams<T> a;
   FtTensorMap q_map, k_map, v_map, do_map;
+  int unit_group;
 };
 
 // The materialized-score baselines' kernels (attn_naive, attn_eager: cuBLAS GEMMs around them).
@@ -214,7 +217,7 @@ struct FtWarpRoleRegs {
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 11 * 4 + 4, "FtAttnBwdParams: 200 bytes, no padding");
-static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 4 * 128, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 4 maps");
+static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 4 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 4 maps, unit_group padded to 64");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif

@@ -39,6 +39,7 @@ class FusedWgmma final : public GradVariant {
       return "mma must be 90 (wgmma, cp.async) or 91 (TMA, warp-specialized), not " + n(c.mma);
     if (c.dq_order != 1) return "mma 90 adds dQ by atomics in any order: dq_order 2 (deterministic) needs mma 91";
     if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 90 takes 1";
+    if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 90 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -111,7 +112,8 @@ class FusedTma final : public GradVariant {
     l.block[0] += 128;
     return l;
   }
-  // FtAttnBwdTmaParams: the backward's struct, then the maps of Q, K, V, dO (4-D, 64-column boxes).
+  // FtAttnBwdTmaParams: the backward's struct, then the maps of Q, K, V, dO (4-D, 64-column boxes), then the block
+  // order's section width (unit_group, at most the (kv head, batch) pairs).
   std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
     auto& params = std::get<ParamsArg>(shared.at(0));
     BwdParams a;
@@ -122,6 +124,7 @@ class FusedTma final : public GradVariant {
     attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
     attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
     attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
+    params.set(offsetof(Tma, unit_group), std::int32_t(std::clamp<std::int64_t>(c.unit_group, 1, s.heads_kv * s.batch)));
     return shared;
   }
 
@@ -188,10 +191,14 @@ class AttnBwdFused final : public GradStage {
         // Searched only where named (session 23: tried at head_dim 64, one consumer warpgroup).
         {"min_blocks", {1}, "mma 91: blocks per SM it is compiled to fit (__launch_bounds__; 2: two one-consumer blocks "
                             "share an SM)"},
+        // Searched only where named (session 23).
+        {"unit_group", {1}, "mma 91: (kv head, batch) pairs per section of the block order; inside a section key block 0 "
+                            "(causal: the heaviest) of every pair goes first, then key block 1..."},
     };
   }
   std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {
     if (c.dq_order != 1 && c.dq_order != 2) return "dq_order must be 1 (any order) or 2 (deterministic), not " + n(c.dq_order);
+    if (c.unit_group < 1) return "unit_group must be >= 1, not " + n(c.unit_group);
     return std::nullopt;
   }
   std::vector<Binding> bindings(const BwdConfig&, const Shape&) const override {

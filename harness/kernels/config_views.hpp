@@ -53,6 +53,7 @@ struct BwdConfig : Tiles {
   std::int64_t min_blocks = 1;   ///< dkdv, dq, dq_delta (mma.sync, fp16 / bf16): blocks per SM (__launch_bounds__)
   std::int64_t pack_heads = 1;   ///< dq, dq_delta (fp16 / bf16): query heads of one GQA group per block
   std::int64_t dq_order = 1;     ///< fused: 1 = dQ adds in any order; 2 = in key-block order, deterministic (mma 91)
+  std::int64_t unit_group = 1;   ///< fused (mma 91): (kv head, batch) pairs per section of the block order
 
   explicit BwdConfig(const core::Config& c);
 };

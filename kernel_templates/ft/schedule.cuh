@@ -11,6 +11,18 @@
 
 #include "ft/tma.cuh"
 
+// Position u of a unit order walked in sections of `group` units (the last section may be narrower; group >= 1):
+// inside a section the inner index (`n_inner` values) is the slower one and the section's units take turns, so
+// the section's heaviest inner steps come first over all of its units. Returns (inner index, unit).
+struct FtSectionSlot {
+  int inner, unit;
+};
+__device__ __forceinline__ FtSectionSlot ft_section_slot(int u, int n_inner, int group, int n_units) {
+  const int section = u / (n_inner * group), r = u - section * n_inner * group;
+  const int width = min(group, n_units - section * group);  // units in this section
+  return {r / width, section * group + r % width};
+}
+
 // The unit a block runs after its first (blockIdx.x): gridDim.x + the next ticket. Units >= the count mean "no
 // more"; every block takes exactly one such ticket, as its last.
 __device__ __forceinline__ int ft_next_unit(unsigned* counter) { return int(gridDim.x + atomicAdd(counter, 1u)); }

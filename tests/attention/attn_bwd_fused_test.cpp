@@ -200,6 +200,17 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
     EXPECT_EQ(m.dims[0], 128u);
     EXPECT_EQ(m.dims[3], 2u);
   }
+  // unit_group: 1 unless named, clamped to the (kv head, batch) pairs (2 x 2 here)
+  FtAttnBwdTmaParams<void> tprm;
+  std::memcpy(&tprm, a.bytes.data(), sizeof tprm);
+  EXPECT_EQ(tprm.unit_group, 1);
+  auto grouped = c;
+  grouped.values["unit_group"] = 8;
+  const auto gargs = f.arguments(grouped, p);
+  std::memcpy(&tprm, std::get<kernels::ParamsArg>(gargs[0]).bytes.data(), sizeof tprm);
+  EXPECT_EQ(tprm.unit_group, 4);
+  grouped.values["mma"] = 90;
+  EXPECT_NE(f.can_run(grouped, p, sm90).value_or("").find("unit_group is an mma 91 option"), std::string::npos);
   const auto s = f.launch_shape(c, p, sm90);
   EXPECT_EQ(s.grid[0], 3u);
   EXPECT_EQ(s.grid[1], 2u);
@@ -252,8 +263,8 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
 // admits compiles for sm_90a, and with deterministic dQ (dq_order 2) on the heaviest mask; one consumer warpgroup
 // (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words. (The
-// most, 80 bytes, is head_dim 128 with two consumers: ~24 in the consumers, the rest in the dQ writer warps, which
-// run on the producer's 24 registers.)
+// most, 108 bytes, is head_dim 128 with two consumers, deterministic, windowed: ~24 in the consumers before the
+// block-order mapping, the rest in the dQ writer warps, which run on the producer's 24 registers.)
 TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto& f = fused();
   const auto dev = core::DeviceLimits::for_arch("sm_90a");
@@ -276,5 +287,5 @@ TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
   EXPECT_EQ(r.entries, int(inst.size()));
-  EXPECT_LE(most_spill(r.record.log), 96) << r.record.log;
+  EXPECT_LE(most_spill(r.record.log), 112) << r.record.log;
 }
