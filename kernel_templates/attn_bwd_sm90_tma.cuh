@@ -23,11 +23,16 @@
 // it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
 // in key-block order: a block's writer counts the earlier key blocks that visit the item's query tile
 // (ft_bwd_blocks_before), waits until the counter reaches that count (ft/order.cuh), adds, frees the buffer once
-// the add has read it, waits for the add to complete and passes the turn; the consumers do not wait for any of it. Each block then walks each head's query tiles from the last: under a causal mask
-// every key block visits the last tile, so the blocks start together and move down in step (walking up, block n
-// would wait for block 0 to climb to its first tile). A block only ever waits for blocks of lower index, which the
-// GPU starts first. The counters follow the accumulator in p.ws: one int per (batch, query head, 64-row block,
-// 64-column chunk), zeroed with it.
+// the add has read it, waits for the add to complete and passes the turn; the consumers wait for none of it. Each
+// block then walks each head's query tiles from the last: under a causal mask every key block visits the last
+// tile, so the blocks start together and move down in step (walking up, block n would wait for block 0 to climb to
+// its first tile). A block only ever waits for lower key blocks of its own (kv head, batch) pair, which the block
+// order (below) starts first. The counters follow the accumulator in p.ws: one int per (batch, query head, 64-row
+// block, 64-column chunk), zeroed with it.
+//
+// Block order: the grid (key blocks, heads_kv, batch) is walked in sections of tp.unit_group (kv head, batch)
+// pairs, key block 0 of every pair of a section first, then key block 1, ... (ft_section_slot; unit_group 1: one
+// pair's key blocks after another's). kMinBlocks: blocks per SM the kernel is compiled for.
 //
 // The accumulator p.ws (zeroed before the launch) holds dQ / scale in 64-row blocks per (batch, query head): block
 // rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
