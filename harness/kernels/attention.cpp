@@ -40,6 +40,16 @@ void map_heads_tensor(ParamsArg& params, std::size_t offset, int buffer, const S
               {64, std::uint32_t(rows), std::uint32_t(box_heads), 1}});
 }
 
+std::optional<std::string> blocks_per_sm_problem(std::int64_t blocks, std::int64_t threads, std::int64_t smem,
+                                                 const core::DeviceLimits& d) {
+  if (threads * blocks > 2048)
+    return "min_blocks " + std::to_string(blocks) + " x " + std::to_string(threads) + " threads > 2048 per SM";
+  if ((smem + 1024) * blocks > d.max_shared_per_sm)
+    return "min_blocks " + std::to_string(blocks) + " x " + std::to_string(smem) + " B of shared memory > " +
+           std::to_string(d.max_shared_per_sm) + " B per SM";
+  return std::nullopt;
+}
+
 std::vector<std::int64_t> reference_rows(const Shape& s, double budget) {
   const std::int64_t seq_q = s.seq_q;
   const double per_row = double(s.batch) * double(s.heads_q) * double(s.seq_k) * double(s.head_dim);

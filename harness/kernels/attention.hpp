@@ -32,6 +32,12 @@ void map_heads_tensor(ParamsArg& params, std::size_t offset, int buffer, const S
                       std::int64_t heads, long long ss, long long sh, long long sb, std::int64_t rows,
                       std::int64_t box_heads = 1);
 
+/// Why `blocks` blocks (min_blocks) of `threads` threads and `smem` bytes of dynamic shared memory each (plus the
+/// 1 KiB the driver reserves per block) cannot share one SM: 2048 threads on every sm_80 .. sm_90 GPU,
+/// d.max_shared_per_sm; nullopt when they can.
+std::optional<std::string> blocks_per_sm_problem(std::int64_t blocks, std::int64_t threads, std::int64_t smem,
+                                                 const core::DeviceLimits& d);
+
 /// Query rows the reference computes: all of them when batch * heads_q * seq_q * seq_k * head_dim is at
 /// most `budget`, else the first and last four rows plus evenly spread rows (offset by a varying amount so
 /// that they land at every position inside a tile), as many as the budget allows (at least 16).

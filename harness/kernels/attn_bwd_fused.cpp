@@ -82,10 +82,8 @@ class FusedTma final : public GradVariant {
     const int consumers = int(c.warpgroups());
     const std::int64_t smem = smem_bytes(c, s), mb = c.min_blocks;
     if (auto why = wgmma_problem(c, s, d, smem, 0)) return "mma 91: " + *why;
-    if (mb < 1 || mb > 4 || (c.num_warps + 4) * 32 * mb > 2048)
-      return "mma 91: min_blocks " + n(mb) + " x " + n((c.num_warps + 4) * 32) + " threads > 2048 per SM (or not in 1..4)";
-    if (mb > 1 && (smem + 1024) * mb > d.max_shared_per_sm)
-      return "mma 91: min_blocks " + n(mb) + " x " + n(smem) + " B of shared memory > " + n(d.max_shared_per_sm) + " B per SM";
+    if (mb < 1 || mb > 4) return "mma 91: min_blocks must be in 1..4";
+    if (auto why = attn::blocks_per_sm_problem(mb, (c.num_warps + 4) * 32, smem, d)) return "mma 91: " + *why;
     // ptxas needs the dK and dV accumulators (head_dim) and ~30 others within the launch share itself (the forward's
     // C7602), whatever setmaxnreg adds later.
     const std::int64_t entry = FtWarpRoleRegs::entry(consumers, int(mb));

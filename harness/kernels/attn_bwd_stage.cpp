@@ -142,10 +142,7 @@ std::optional<std::string> min_blocks_problem(const BwdConfig& c, const Shape& s
   if (mb < 1 || mb > 32) return "min_blocks must be in 1..32";
   if (s.dtype == core::DType::f32) return "min_blocks > 1 is an fp16 / bf16 option; fp32 takes 1";
   const std::int64_t warps = c.num_warps;
-  if (32 * warps * mb > 2048)  // threads per SM on every sm_80 .. sm_90 GPU
-    return "min_blocks " + n(mb) + " x " + n(32 * warps) + " threads > 2048 per SM";
-  if ((smem + 1024) * mb > d.max_shared_per_sm)
-    return "min_blocks " + n(mb) + " x " + n(smem) + " B of shared memory > " + n(d.max_shared_per_sm) + " B per SM";
+  if (auto why = attn::blocks_per_sm_problem(mb, 32 * warps, smem, d)) return why;
   const std::int64_t cap = std::min<std::int64_t>(d.max_regs_per_thread, d.max_regs_per_block / (32 * warps * mb) / 8 * 8);
   if (cap < acc + 40)
     return "min_blocks " + n(mb) + " caps registers at " + n(cap) + " per thread, too few for the " + n(acc) +

@@ -84,11 +84,7 @@ class FwdWgmma final : public FwdVariant {
     const std::int64_t mb = c.min_blocks;
     if (mb < 1 || mb > 8) return "min_blocks must be in 1..8";
     if (mb > 1) {
-      if (32 * warps * mb > 2048)  // threads per SM on every sm_90a GPU
-        return "min_blocks " + std::to_string(mb) + " x " + std::to_string(32 * warps) + " threads > 2048 per SM";
-      if ((smem + 1024) * mb > d.max_shared_per_sm)
-        return "min_blocks " + std::to_string(mb) + " x " + std::to_string(smem) + " B of shared memory > " +
-               std::to_string(d.max_shared_per_sm) + " B per SM";
+      if (auto why = blocks_per_sm_problem(mb, 32 * warps, smem, d)) return why;
       const std::int64_t cap = std::min<std::int64_t>(d.max_regs_per_thread, d.max_regs_per_block / (32 * warps * mb) / 8 * 8);
       // ptxas needs ~24 more than the accumulators, or it serializes the wgmma (C7512) and gives up.
       if (cap < hd / 2 + bn / 2 + 24)
