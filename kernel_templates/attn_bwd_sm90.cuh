@@ -153,7 +153,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
 
     float s[kBlockM / 2], dp[kBlockM / 2];
     unsigned af[kPSteps][4];
-    ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN>(s, dp, af, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+    ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN>(s, dp, af, af, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
                                                       seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
     // dS^T rows of this warpgroup into the shared tile, as T (the values dK uses)
     if constexpr (kFusedDq) ft_bwd_store_ds_t<kBlockM, kSlabDs>(smem_ds, af, key0 - n0, g, t4);

@@ -10,10 +10,11 @@
 // warp 1's 32 arrivals) and is refilled once every consumer thread has freed it ("empty": each arrives after its
 // warpgroup's last wgmma reading the stage, dK += dS^T Q, completed). Each consumer warpgroup
 // owns 64 keys and runs the transposed products of ft/attn_bwd.cuh per item:
-//   S^T = K Q^T, dP^T = V dO^T (ss), P^T from LSE, dV += P^T dO (rs), dS^T = P^T (dP^T - D), dK += dS^T Q (rs),
-//   dS^T (as T) into a shared tile (two buffers, alternating per item), then, once every consumer warpgroup's rows
-//   are in (named barrier 1), its pieces of dQ = dS K (ss, fp32) staged in shared memory (one buffer per piece,
-//   "dq full" once its warpgroup's threads have written it). dK (times scale) and dV are stored at the end.
+//   S^T = K Q^T, dP^T = V dO^T (ss), P^T from LSE, dV += P^T dO (rs, left running), dS^T = P^T (dP^T - D) into
+//   fragments of its own, dS^T (as T) into a shared tile (two buffers, alternating per item); once every consumer
+//   warpgroup's rows are in (named barrier 1), its first piece of dQ = dS K (ss, fp32), then dK += dS^T Q (rs), and
+//   the piece staged in shared memory while dK runs (one buffer per piece, "dq full" once its warpgroup's threads
+//   have written it): FlashAttention-3's order. dK (times scale) and dV are stored at the end.
 // The producer's warps 2 and 3 are the dQ writers (FlashAttention-3's layout): warp 2 + (piece % 2) waits for a
 // piece's "dq full", adds it into the fp32 accumulator p.ws by one bulk reduce-add (cp.reduce.async.bulk add.f32,
 // lane 0) and frees the buffer ("dq empty") once the add has read it, so the consumers go on to the next item
@@ -36,9 +37,9 @@
 //
 // The accumulator p.ws (zeroed before the launch) holds dQ / scale in 64-row blocks per (batch, query head): block
 // rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
-// dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order:
-// float 64 (2 (w kDqN / 8 + nt) + r) + 2 lane + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of
-// the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
+// dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order with a
+// thread's four floats of an 8-column tile together (one 16-byte store each): float 128 (w kDqN / 8 + nt) +
+// 4 lane + 2 r + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
 //
 // Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
 // slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
@@ -59,8 +60,8 @@
 
 // The second launch (convert = 1): dq = T(scale x accumulator) for every row below seq_q. Grid (ceil(quads /
 // threads), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head): each thread reads four
-// consecutive accumulator floats, which are four consecutive columns of one row (lanes 2k, 2k + 1 of an 8-column
-// accumulator tile), and writes them as T.
+// consecutive accumulator floats, one thread's (r, e) of one 8-column accumulator tile: columns 8 nt + 2 (lane % 4)
+// + e of rows 16 w + lane / 4 and that + 8, and writes them as two pairs of T.
 template <typename T, int kHeadDim, int kDqN>
 __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   enum : int { kPieceFloats = 64 * kDqN };
@@ -70,15 +71,13 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   const long long rb = i / (64 * kHeadDim);
   const int rem = int(i - rb * 64 * kHeadDim);
   const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
-  const int lane = (f % 64) / 2, q = f / 64, r = q % 2, nt = (q / 2) % (kDqN / 8), w = (q / 2) / (kDqN / 8);
-  const long long row = rb * 64 + w * 16 + lane / 4 + 8 * r;
-  if (row >= p.seq_q) return;
+  const int lane = (f / 4) % 32, q = f / 128, nt = q % (kDqN / 8), w = q / (kDqN / 8);
+  const long long row = rb * 64 + w * 16 + lane / 4;
   const int col = chunk * kDqN + nt * 8 + 2 * (lane % 4);
   const float4 x = *reinterpret_cast<const float4*>(p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim + i);
-  uint2 out;
-  out.x = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
-  out.y = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
-  *reinterpret_cast<uint2*>(p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + row * p.q_ss + col) = out;
+  T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + col;
+  if (row < p.seq_q) *reinterpret_cast<unsigned*>(dq + row * p.q_ss) = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+  if (row + 8 < p.seq_q) *reinterpret_cast<unsigned*>(dq + (row + 8) * p.q_ss) = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
 }
 
 // kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts
@@ -286,50 +285,53 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_mbarrier_wait(full(st), unsigned(i / kStages) & 1u);
 
       float s[kBlockM / 2], dp[kBlockM / 2];
-      unsigned af[kPSteps][4];
-      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN>(s, dp, af, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+      unsigned af[kPSteps][4], af_ds[kPSteps][4];
+      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
                                                         p.seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
       // This item's dS^T tile was last read by item i - 2's dQ, which every warpgroup waited for before arriving
       // at item i - 1's barrier, which this warpgroup has passed.
-      ft_bwd_store_ds_t<kBlockM, kSlabDs>(ds, af, key0 - n0, g, t4);
-      issue_regs_by_tile(dk_acc, af, smem_q);  // dK += dS^T Q
-      ft_fence_proxy_async();                  // the dS^T stores, read next by wgmma
+      ft_bwd_store_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0, g, t4);
+      ft_fence_proxy_async();                      // the dS^T stores, read next by wgmma
       ft_named_barrier_sync(1, 128 * kConsumers);  // every warpgroup's rows are in
-      bool released = false;  // this thread has freed the stage (once per item; the same in the whole warpgroup)
+      // FlashAttention-3's order: this warpgroup's first dQ piece, then dK += dS^T Q (it reads the dS^T fragments
+      // and Q, which dQ does not touch), so that the piece is staged while dK runs. dV (issued before the barrier)
+      // and the piece complete at the first wait; dK, and with it the stage's last read, at the next full wait.
+      bool dk_issued = false;
 #pragma unroll
       for (int piece = cw; piece < kDqPieces; piece += kConsumers) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
-        // Issued while dK's chain may still run (it reads the dS^T fragments and writes dK, neither of which dQ
-        // touches). Once dK's group has completed (the one before this piece's), the stage is free: the producer
-        // loads the next item under this one's dQ.
         ft_bwd_issue_dq<T, kDqN, kBlockN, kSlabDs, kSlabKv>(dq, ds + unsigned(rb * kSlabDs),
                                                             smem_k + unsigned(chunk * (kDqN / 64) * kSlabKv));
-        ft_wgmma_wait<1>();
-        ft_fence_regs<kHeadDim / 2>(dk_acc);
-        if (!released) ft_mbarrier_arrive(empty(st));  // Q, dO, LSE, D of the stage: this thread's reads are done
-        released = true;
-        ft_wgmma_wait<0>();
+        if (!dk_issued) {
+          issue_regs_by_tile(dk_acc, af_ds, smem_q);  // dK += dS^T Q
+          dk_issued = true;
+          ft_wgmma_wait<1>();  // dV and the piece; dK runs on
+          ft_fence_regs<kHeadDim / 2>(dv_acc);
+        } else {
+          ft_wgmma_wait<0>();
+          ft_fence_regs<kHeadDim / 2>(dk_acc);
+        }
         ft_fence_regs<kDqN / 2>(dq);
         // Stage the piece in accumulator order once the writer's add of the previous item has read the buffer,
         // then hand it to the writer (every item stages every piece, rows past seq_q too: the phases stay i & 1).
         if (i > 0) ft_mbarrier_wait(dq_empty(piece), unsigned(i - 1) & 1u);
 #pragma unroll
-        for (int nt = 0; nt < kDqN / 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const unsigned at_f = unsigned(64 * (2 * ((warp % 4) * (kDqN / 8) + nt) + r) + 2 * lane);
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(staged(piece) + 4 * at_f), "f"(dq[nt * 4 + 2 * r]),
-                         "f"(dq[nt * 4 + 2 * r + 1])
-                         : "memory");
-          }
+        for (int nt = 0; nt < kDqN / 8; ++nt) {
+          const unsigned at_f = unsigned(128 * ((warp % 4) * (kDqN / 8) + nt) + 4 * lane);
+          asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(staged(piece) + 4 * at_f), "f"(dq[nt * 4]),
+                       "f"(dq[nt * 4 + 1]), "f"(dq[nt * 4 + 2]), "f"(dq[nt * 4 + 3])
+                       : "memory");
+        }
         ft_fence_proxy_async();  // the stores, read next by the bulk add (async proxy)
         ft_mbarrier_arrive(dq_full(piece));
       }
-      ft_wgmma_wait<0>();  // dK (a warpgroup without a dQ piece waits here)
+      if (!dk_issued) issue_regs_by_tile(dk_acc, af_ds, smem_q);  // a warpgroup without a dQ piece
+      ft_wgmma_wait<0>();  // dK (and dV)
       ft_fence_regs<kHeadDim / 2>(dk_acc);
-      if (!released) ft_mbarrier_arrive(empty(st));
+      ft_fence_regs<kHeadDim / 2>(dv_acc);
+      ft_mbarrier_arrive(empty(st));  // Q, dO, LSE, D of the stage: this thread's reads are done
     }
     ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
   }

@@ -12,11 +12,11 @@
 
 // P^T in place of S^T (kBlockM / 2 floats per thread: this thread's keys key0, key0 + 8 against the tile's
 // queries m0 .., of seq_q): exp2(S^T scale log2 e - LSE log2 e), 0 where the mask hides the pair or the query is past
-// seq_q (whatever LSE says there). lse_s: the
-// tile's kBlockM LSE values (natural log) in shared memory. Tiles inside the mask skip the checks (ft_if_masked).
+// seq_q (whatever LSE says there). lse: this thread's columns' LSE values (natural log; ft_bwd_load_cols). Tiles
+// inside the mask skip the checks (ft_if_masked).
 template <int kBlockM, int kBlockN, bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const FtAttnMask<kCausal, kWindow>& mask, int seq_q, int m0,
-                                               int n0, int key0, const float* lse_s, float scale_log2, int t4) {
+                                               int n0, int key0, const float2 (&lse)[kBlockM / 8], float scale_log2, int t4) {
   const float kLog2e = 1.4426950408889634f;
   const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
   ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
@@ -29,20 +29,28 @@ __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const Ft
         for (int e = 0; e < 2; ++e) {
           const int col = nt * 8 + 2 * t4 + e;
           float& x = s[nt * 4 + 2 * r + e];
-          const float p = ft_prob_from_lse<false>(x, scale_log2, lse_s[col] * kLog2e);
+          const float p = ft_prob_from_lse<false>(x, scale_log2, (e ? lse[nt].y : lse[nt].x) * kLog2e);
           const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
           x = vis ? p : 0.f;
         }
   });
 }
 
-// dS^T = P^T (dP^T - D) in place of dP^T; d_s: the tile's kBlockM D values in shared memory.
+// dS^T = P^T (dP^T - D) in place of dP^T; d: this thread's columns' D values (ft_bwd_load_cols).
 template <int kBlockM>
-__device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const float* d_s, int t4) {
+__device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const float2 (&d)[kBlockM / 8]) {
 #pragma unroll
   for (int nt = 0; nt < kBlockM / 8; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = p[nt * 4 + c] * (dp[nt * 4 + c] - d_s[nt * 8 + 2 * t4 + (c & 1)]);
+    for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = p[nt * 4 + c] * (dp[nt * 4 + c] - ((c & 1) ? d[nt].y : d[nt].x));
+}
+
+// This thread's kBlockM / 4 values of a tile's row vector in shared memory (LSE or D: columns nt * 8 + 2 t4 + e of
+// the accumulator layout), read ahead of the wgmma wait that would otherwise expose their latency.
+template <int kBlockM>
+__device__ __forceinline__ void ft_bwd_load_cols(float2 (&out)[kBlockM / 8], const float* row_s, int t4) {
+#pragma unroll
+  for (int nt = 0; nt < kBlockM / 8; ++nt) out[nt] = *reinterpret_cast<const float2*>(row_s + nt * 8 + 2 * t4);
 }
 
 // This thread's two rows of dS^T (key rows `row` and row + 8 of the block, as the A fragments af hold them, in T)
@@ -99,11 +107,15 @@ __device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_
 
 // One item's products up to dS^T, for a warpgroup's 64 keys against the kBlockM queries of the stage:
 // S^T = K Q^T and dP^T = V dO^T issued together (ss; K and V rows from k_wg / v_wg, slabs kv_slab apart; the Q and
-// dO tiles' slabs q_slab apart), P^T from LSE (ft_bwd_probs_t), dV += P^T dO (rs, completed), dS^T = P^T (dP^T - D).
-// On return s holds P^T, dp dS^T (fp32) and af dS^T as the T A fragments of dK += dS^T Q.
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kCausal, bool kWindow>
+// dO tiles' slabs q_slab apart), P^T from LSE (ft_bwd_probs_t), dV += P^T dO (rs), dS^T = P^T (dP^T - D). LSE and
+// D are read from lse_s / d_s ahead of the waits on S^T and dP^T.
+// kSeparateDs off: dV completes, and af then holds dS^T as the T A fragments of dK += dS^T Q (af_ds unused).
+// kSeparateDs on: af_ds takes dS^T and af keeps P^T, so dV is left running (its wgmma group is the caller's to
+// wait for, with dv_acc fenced after it); 16 more registers at block_m 64.
+// On return s holds P^T and dp dS^T (fp32).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
-                                                  unsigned (&af)[kBlockM / 16][4], float* dv_acc, unsigned k_wg,
+                                                  unsigned (&af)[kBlockM / 16][4], unsigned (&af_ds)[kBlockM / 16][4], float* dv_acc, unsigned k_wg,
                                                   unsigned v_wg, unsigned kv_slab, unsigned smem_q, unsigned smem_do,
                                                   unsigned q_slab, const FtAttnMask<kCausal, kWindow>& mask, int seq_q,
                                                   int m0, int n0, int key0, const float* lse_s, const float* d_s,
@@ -113,17 +125,24 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   };
   ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
   ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(dp, v_wg, kv_slab, smem_do, q_slab);  // dP^T, under P^T
+  float2 cols[kBlockM / 8];
+  ft_bwd_load_cols<kBlockM>(cols, lse_s, t4);  // LSE
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
-  ft_bwd_probs_t<kBlockM, kBlockN>(s, mask, seq_q, m0, n0, key0, lse_s, scale_log2, t4);
+  ft_bwd_probs_t<kBlockM, kBlockN>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
   pack_a(s);
+  ft_bwd_load_cols<kBlockM>(cols, d_s, t4);  // D
   ft_wgmma_wait<0>();  // dP^T
   ft_fence_regs<kBlockM / 2>(dp);
   ft_wgmma_regs_by_tile<T, kHeadDim, kBlockM / 16>(dv_acc, af, smem_do, q_slab);  // dV += P^T dO
-  ft_bwd_ds_t<kBlockM>(dp, s, d_s, t4);
-  ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
-  ft_fence_regs<kHeadDim / 2>(dv_acc);
-  pack_a(dp);
+  ft_bwd_ds_t<kBlockM>(dp, s, cols);
+  if constexpr (kSeparateDs) {
+    ft_pack_a_tile<T, kBlockM / 8>(af_ds, *reinterpret_cast<const float(*)[kBlockM / 8][4]>(dp));  // dV still running
+  } else {
+    ft_wgmma_wait<0>();  // dV: the P^T fragments may be overwritten
+    ft_fence_regs<kHeadDim / 2>(dv_acc);
+    pack_a(dp);
+  }
 }
 
 // Deterministic dQ: how many key blocks of kBlockN keys before block n_block (of seq_k keys) visit query tile t
