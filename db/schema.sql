@@ -140,6 +140,8 @@ CREATE UNIQUE INDEX trial_claims_by_key
 -- (v5) A search warm-started from the database (tuner/warm_start.hpp): per (run, family, stage, problem), the
 -- measured problems it drew on and the configs it proposed first. Absent when a search started cold (no
 -- history of the same family, stage and GPU, `run --no-warm-start`, or a sharded exhaustive / random study).
+-- A learning search without history that began from the analytic cost model (harness/kernels/cost_model.hpp;
+-- `run --no-prior` turns it off) is recorded here too, its sources [{"model": name}].
 CREATE TABLE warm_starts (
   id          INTEGER PRIMARY KEY,
   run_id      INTEGER NOT NULL REFERENCES runs (id),

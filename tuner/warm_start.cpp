@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <unordered_map>
 
@@ -126,6 +127,22 @@ WarmStart warm_start(const std::vector<core::Config>& candidates, const std::map
   std::vector<WarmStartSource> sorted;
   for (std::size_t i : by_distance) sorted.push_back(w.sources[i]);
   w.sources = std::move(sorted);
+  return w;
+}
+
+WarmStart model_start(const std::vector<core::Config>& candidates, const std::vector<std::optional<double>>& costs,
+                      const std::string& model) {
+  WarmStart w;
+  w.order = candidates;
+  if (costs.size() != candidates.size() || std::none_of(costs.begin(), costs.end(), [](const auto& c) { return c.has_value(); }))
+    return w;
+  std::vector<std::size_t> index(candidates.size());
+  for (std::size_t i = 0; i < index.size(); ++i) index[i] = i;
+  const double none = std::numeric_limits<double>::infinity();
+  std::stable_sort(index.begin(), index.end(),
+                   [&](std::size_t a, std::size_t b) { return costs[a].value_or(none) < costs[b].value_or(none); });
+  for (std::size_t i = 0; i < index.size(); ++i) w.order[i] = candidates[index[i]];
+  w.model = model;
   return w;
 }
 

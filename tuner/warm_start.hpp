@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ struct WarmStartSource {
 struct WarmStart {
   std::vector<core::Config> order;       ///< the candidates, most promising first (all of them, each once)
   std::vector<WarmStartSource> sources;  ///< the surfaces that informed it, nearest first
-  bool informed() const { return !sources.empty(); }
+  std::string model;                     ///< non-empty: no history; the order is this analytic model's (model_start)
+  bool informed() const { return !sources.empty() || !model.empty(); }
 };
 
 /// Settings: `sharpness` makes near surfaces count more (weight exp(-sharpness x distance)); a config a
@@ -59,6 +61,12 @@ struct WarmStartOptions {
 WarmStart warm_start(const std::vector<core::Config>& candidates, const std::map<std::string, std::int64_t>& dims,
                      const std::string& dtype, const std::vector<HistorySurface>& history,
                      const WarmStartOptions& options = {});
+
+/// A cold start (no history) from a cost model: the candidates by `costs` (one per candidate, lowest first; ties
+/// and candidates without a cost keep their given order, the latter last), named `model`. Uninformed (the given
+/// order) when `costs` is not one per candidate or holds no cost at all.
+WarmStart model_start(const std::vector<core::Config>& candidates, const std::vector<std::optional<double>>& costs,
+                      const std::string& model);
 
 /// Configs a learning or random search is given before its own proposals (the first of the warm order).
 constexpr int kWarmSeeds = 3;

@@ -214,6 +214,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
       ("no-warm-start", "start every search cold: by default a search begins from the configs that won on the "
                         "nearest problems of the same family, stage and GPU measured in the database (recorded in "
                         "its warm_starts table)")
+      ("no-prior", "without history, start a learning search from its own random or spread-out proposals instead "
+                   "of the analytic cost model's order (harness/kernels/cost_model.hpp; recorded in warm_starts)")
       ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);
@@ -253,6 +255,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     ro.command_line += "  # shard " + ro.shard.text() + " from " + ro.shard.source;
   ro.verbose = vm.count("verbose") > 0;
   ro.warm_start = vm.count("no-warm-start") == 0;
+  ro.cost_prior = vm.count("no-prior") == 0;
   ro.on_hang = [] {  // inside the runner, with the GPU busy: no unwinding through CUDA destructors
     try {
       restart_after_crash("timed-out");

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "db/store.hpp"
+#include "harness/kernels/cost_model.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/table.hpp"
 #include "tuner/replay.hpp"
@@ -147,6 +148,9 @@ int cmd_replay(const std::vector<std::string>& args) {
       ("max-evals", po::value(&max_evals), "evaluations per search at most (default: the whole space)")
       ("warm-start", "start every search from the other replayed surfaces of the same family, stage and GPU "
                      "(leave-one-out: never the surface's own problem), as `flashtune run` does from its database")
+      ("no-prior", "replay cold searches from the learners' own first proposals: by default a surface without history "
+                   "(no --warm-start) is searched from the analytic cost model's order (harness/kernels/cost_model.hpp, "
+                   "the default sm_90a device table), as `flashtune run` does without history")
       ("bar", "judge the bar per surface: the best learning strategy reaches within 3 % of the optimum in "
               "<= 20 % of the runnable trials (10 % with --warm-start; at least one trial) (mean of >= 20 seeds) and "
               "beats random search at a budget of that size (P > 0); exit status 1 if any surface fails")
@@ -214,6 +218,8 @@ int cmd_replay(const std::vector<std::string>& args) {
   const bool warm = vm.count("warm-start") > 0;
   if (warm && !synthetic.empty()) throw core::UserError("--warm-start needs recorded surfaces (a database), not --synthetic");
   const double bar_fraction = warm ? 0.1 : 0.2;
+  const bool prior = vm.count("no-prior") == 0;
+  const core::DeviceLimits limits;  // the surfaces record the GPU's name, not its limits: the sm_90a table
   if (warm && vm["budget"].defaulted()) budget = bar_fraction;
 
   std::vector<tuner::Surface> surfaces;
@@ -260,6 +266,18 @@ int cmd_replay(const std::vector<std::string>& args) {
       }
       warm_start = tuner::warm_start(surface.configs, surface.dims, surface.dtype, h);
       if (!warm_start->informed()) std::cerr << "no history for " << surface.name << ": replayed cold\n";
+    }
+    // Without history, the analytic cost model orders the first proposals (synthetic surfaces have no problem).
+    if (prior && !(warm_start && warm_start->informed()) && !surface.family.empty()) {
+      core::Problem p;
+      p.dims = surface.dims;
+      p.dtype = core::parse_dtype(surface.dtype).value_or(core::DType::f32);
+      std::vector<std::optional<double>> costs;
+      for (const auto& c : surface.configs) costs.push_back(kernels::estimate_cost(surface.family, c, p, limits));
+      warm_start = tuner::model_start(surface.configs, costs, kernels::kCostModelName);
+      if (warm_start->informed())
+        std::cerr << "cold start from the " << warm_start->model << " for " << surface.name << ": first "
+                  << warm_start->order.front().key() << '\n';
     }
     for (const auto& s : settings) {
       tuner::ReplayOptions o;

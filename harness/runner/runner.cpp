@@ -31,6 +31,7 @@
 #include "harness/experiment/experiment.hpp"
 #include "harness/jit/compiler.hpp"
 #include "harness/jit/template_store.hpp"
+#include "harness/kernels/cost_model.hpp"
 #include "harness/kernels/family.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/measure/watchdog.hpp"
@@ -315,7 +316,10 @@ class ExperimentRun {
     configs = split.runnable;
     prefetch_compiles(study, problem, configs, unit_of);
     tuner::WarmStart warm;
-    if (m_opts.warm_start && !(first_unit >= 0 && m_opts.shard.sharded())) warm = warm_start(family, problem, configs);
+    const bool may_reorder = !(first_unit >= 0 && m_opts.shard.sharded());
+    if (m_opts.warm_start && may_reorder) warm = warm_start(family, problem, configs);
+    if (!warm.informed() && m_opts.cost_prior && may_reorder && tuner::learns(study.strategy))
+      warm = model_start(family, problem, configs);
     auto strategy = tuner::make_warm_strategy(study.strategy, std::move(configs), warm);
     const auto t0 = Clock::now();
     ProblemData data;
@@ -544,6 +548,21 @@ class ExperimentRun {
     for (std::size_t i = 0; i < w.sources.size() && i < 10; ++i)
       sources.push_back({{"problem", w.sources[i].name}, {"distance", w.sources[i].distance},
                          {"weight", w.sources[i].weight}, {"best", w.sources[i].best}});
+    for (std::size_t i = 0; i < w.order.size() && i < std::size_t(tuner::kWarmSeeds); ++i) first.push_back(w.order[i].key());
+    m_store->record_warm_start(m_summary.run_id, family.name(), family.stage(), problem.key(), sources.dump(), first.dump());
+    return w;
+  }
+
+  // A cold start's order from the analytic cost model (no history): says and records it, as warm_start() does, with
+  // sources [{"model": name}]. Uninformed when the model knows none of the configs.
+  tuner::WarmStart model_start(const kernels::KernelFamily& family, const core::Problem& problem,
+                               const std::vector<core::Config>& configs) {
+    std::vector<std::optional<double>> costs;
+    for (const auto& c : configs) costs.push_back(kernels::estimate_cost(family.name(), c, problem, m_limits));
+    auto w = tuner::model_start(configs, costs, kernels::kCostModelName);
+    if (!w.informed()) return w;
+    say("   cold start from the " + w.model + " (no history); first: " + w.order.front().key());
+    nlohmann::json sources = nlohmann::json::array({{{"model", w.model}}}), first = nlohmann::json::array();
     for (std::size_t i = 0; i < w.order.size() && i < std::size_t(tuner::kWarmSeeds); ++i) first.push_back(w.order[i].key());
     m_store->record_warm_start(m_summary.run_id, family.name(), family.stage(), problem.key(), sources.dump(), first.dump());
     return w;

@@ -47,6 +47,9 @@ struct RunOptions {
   /// and device, other problems. Not for a sharded exhaustive or random study (each shard must propose the
   /// same sequence, and shards may write different databases).
   bool warm_start = true;
+  /// Without history (no warm start), begin a learning search from the analytic cost model's order
+  /// (harness/kernels/cost_model.hpp) where the family has one; recorded in warm_starts like a warm start.
+  bool cost_prior = true;
 };
 
 /// Exit status of a process whose kernel hung past the watchdog and that was not restarted.

@@ -144,3 +144,21 @@ TEST(WarmStart, ExhaustiveRunsTheWholeSpaceInTheWarmOrder) {
   EXPECT_TRUE(two->propose().has_value());
   EXPECT_FALSE(two->propose().has_value());
 }
+
+TEST(WarmStart, AModelStartOrdersByCostAndNamesTheModel) {
+  const auto candidates = space();
+  std::vector<std::optional<double>> costs(candidates.size());
+  for (std::size_t i = 0; i < costs.size(); ++i)
+    if (i != 4) costs[i] = std::abs(double(i) - 6.5);  // 6 and 7 tie; 4 has no cost
+  const auto w = tuner::model_start(candidates, costs, "toy model");
+  ASSERT_TRUE(w.informed());
+  EXPECT_EQ(w.model, "toy model");
+  EXPECT_TRUE(w.sources.empty());
+  ASSERT_EQ(w.order.size(), candidates.size());
+  EXPECT_EQ(w.order[0], cfg(6));  // ties keep the given order
+  EXPECT_EQ(w.order[1], cfg(7));
+  EXPECT_EQ(w.order.back(), cfg(4));  // no cost: last
+
+  EXPECT_FALSE(tuner::model_start(candidates, std::vector<std::optional<double>>(candidates.size()), "m").informed());
+  EXPECT_FALSE(tuner::model_start(candidates, {1.0}, "m").informed());
+}
