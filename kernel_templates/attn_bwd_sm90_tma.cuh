@@ -286,7 +286,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 
       float s[kBlockM / 2], dp[kBlockM / 2];
       unsigned af[kPSteps][4], af_ds[kPSteps][4];
-      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
                                                         p.seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
       // This item's dS^T tile was last read by item i - 2's dQ, which every warpgroup waited for before arriving
       // at item i - 1's barrier, which this warpgroup has passed.

@@ -10,13 +10,36 @@
 #include "ft/softmax.cuh"
 #include "ft/wgmma.cuh"
 
+// A tile's row vector in shared memory (LSE or D) as this thread's columns of the accumulator layout: (nt, e) is
+// column nt * 8 + 2 t4 + e. kAhead: read into registers at load (ahead of a wgmma wait that would otherwise
+// expose the latency; kBlockM / 4 registers), else at each use.
+template <int kBlockM, bool kAhead>
+struct FtBwdCols {
+  float2 v[kAhead ? kBlockM / 8 : 1];
+  const float* row;
+  int t4;
+  __device__ __forceinline__ void load(const float* row_s, int t4_) {
+    row = row_s;
+    t4 = t4_;
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int nt = 0; nt < kBlockM / 8; ++nt) v[nt] = *reinterpret_cast<const float2*>(row + nt * 8 + 2 * t4);
+    }
+  }
+  // Column nt * 8 + 2 t4 + e.
+  __device__ __forceinline__ float operator()(int nt, int e) const {
+    if constexpr (kAhead) return e ? v[nt].y : v[nt].x;
+    else return row[nt * 8 + 2 * t4 + e];
+  }
+};
+
 // P^T in place of S^T (kBlockM / 2 floats per thread: this thread's keys key0, key0 + 8 against the tile's
 // queries m0 .., of seq_q): exp2(S^T scale log2 e - LSE log2 e), 0 where the mask hides the pair or the query is past
-// seq_q (whatever LSE says there). lse: this thread's columns' LSE values (natural log; ft_bwd_load_cols). Tiles
-// inside the mask skip the checks (ft_if_masked).
-template <int kBlockM, int kBlockN, bool kCausal, bool kWindow>
+// seq_q (whatever LSE says there). lse: the tile's LSE values (natural log) as this thread's columns (FtBwdCols).
+// Tiles inside the mask skip the checks (ft_if_masked).
+template <int kBlockM, int kBlockN, bool kCausal, bool kWindow, class Cols>
 __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const FtAttnMask<kCausal, kWindow>& mask, int seq_q, int m0,
-                                               int n0, int key0, const float2 (&lse)[kBlockM / 8], float scale_log2, int t4) {
+                                               int n0, int key0, const Cols& lse, float scale_log2, int t4) {
   const float kLog2e = 1.4426950408889634f;
   const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
   ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
@@ -29,28 +52,20 @@ __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const Ft
         for (int e = 0; e < 2; ++e) {
           const int col = nt * 8 + 2 * t4 + e;
           float& x = s[nt * 4 + 2 * r + e];
-          const float p = ft_prob_from_lse<false>(x, scale_log2, (e ? lse[nt].y : lse[nt].x) * kLog2e);
+          const float p = ft_prob_from_lse<false>(x, scale_log2, lse(nt, e) * kLog2e);
           const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
           x = vis ? p : 0.f;
         }
   });
 }
 
-// dS^T = P^T (dP^T - D) in place of dP^T; d: this thread's columns' D values (ft_bwd_load_cols).
-template <int kBlockM>
-__device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const float2 (&d)[kBlockM / 8]) {
+// dS^T = P^T (dP^T - D) in place of dP^T; d: the tile's D values as this thread's columns (FtBwdCols).
+template <int kBlockM, class Cols>
+__device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const Cols& d) {
 #pragma unroll
   for (int nt = 0; nt < kBlockM / 8; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = p[nt * 4 + c] * (dp[nt * 4 + c] - ((c & 1) ? d[nt].y : d[nt].x));
-}
-
-// This thread's kBlockM / 4 values of a tile's row vector in shared memory (LSE or D: columns nt * 8 + 2 t4 + e of
-// the accumulator layout), read ahead of the wgmma wait that would otherwise expose their latency.
-template <int kBlockM>
-__device__ __forceinline__ void ft_bwd_load_cols(float2 (&out)[kBlockM / 8], const float* row_s, int t4) {
-#pragma unroll
-  for (int nt = 0; nt < kBlockM / 8; ++nt) out[nt] = *reinterpret_cast<const float2*>(row_s + nt * 8 + 2 * t4);
+    for (int c = 0; c < 4; ++c) dp[nt * 4 + c] = p[nt * 4 + c] * (dp[nt * 4 + c] - d(nt, c & 1));
 }
 
 // This thread's two rows of dS^T (key rows `row` and row + 8 of the block, as the A fragments af hold them, in T)
@@ -108,12 +123,13 @@ __device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_
 // One item's products up to dS^T, for a warpgroup's 64 keys against the kBlockM queries of the stage:
 // S^T = K Q^T and dP^T = V dO^T issued together (ss; K and V rows from k_wg / v_wg, slabs kv_slab apart; the Q and
 // dO tiles' slabs q_slab apart), P^T from LSE (ft_bwd_probs_t), dV += P^T dO (rs), dS^T = P^T (dP^T - D). LSE and
-// D are read from lse_s / d_s ahead of the waits on S^T and dP^T.
+// D come from lse_s / d_s (FtBwdCols; with kColsAhead read ahead of the waits on S^T and dP^T at block_m 64).
 // kSeparateDs off: dV completes, and af then holds dS^T as the T A fragments of dK += dS^T Q (af_ds unused).
 // kSeparateDs on: af_ds takes dS^T and af keeps P^T, so dV is left running (its wgmma group is the caller's to
-// wait for, with dv_acc fenced after it); 16 more registers at block_m 64.
+// wait for, with dv_acc fenced after it); kBlockM / 4 more registers.
 // On return s holds P^T and dp dS^T (fp32).
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kCausal, bool kWindow>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kColsAhead = false,
+          bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
                                                   unsigned (&af)[kBlockM / 16][4], unsigned (&af_ds)[kBlockM / 16][4], float* dv_acc, unsigned k_wg,
                                                   unsigned v_wg, unsigned kv_slab, unsigned smem_q, unsigned smem_do,
@@ -125,13 +141,16 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   };
   ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
   ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(dp, v_wg, kv_slab, smem_do, q_slab);  // dP^T, under P^T
-  float2 cols[kBlockM / 8];
-  ft_bwd_load_cols<kBlockM>(cols, lse_s, t4);  // LSE
+  // kColsAhead: LSE and D ahead of the waits at block_m 64 (16 registers each); at 128 (32 each) the registers are
+  // not there (the cp.async fused pass at head_dim 64 spilled 124 bytes with them, and the cp.async dK / dV kernel
+  // at head_dim 128, 255 registers without setmaxnreg, 8 bytes with them at block_m 64).
+  FtBwdCols<kBlockM, kColsAhead && kBlockM <= 64> cols;
+  cols.load(lse_s, t4);
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
   ft_bwd_probs_t<kBlockM, kBlockN>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
   pack_a(s);
-  ft_bwd_load_cols<kBlockM>(cols, d_s, t4);  // D
+  cols.load(d_s, t4);
   ft_wgmma_wait<0>();  // dP^T
   ft_fence_regs<kBlockM / 2>(dp);
   ft_wgmma_regs_by_tile<T, kHeadDim, kBlockM / 16>(dv_acc, af, smem_do, q_slab);  // dV += P^T dO
