@@ -38,6 +38,33 @@ void map_heads_tensor(ParamsArg& params, std::size_t offset, int buffer, const S
 std::optional<std::string> blocks_per_sm_problem(std::int64_t blocks, std::int64_t threads, std::int64_t smem,
                                                  const core::DeviceLimits& d);
 
+/// Registers per thread the attention kernels need, roughly (their accumulators and fragments plus addresses and loop
+/// state): what can_run checks against the limits and the cold-start cost model (cost_model.cpp) counts residency by.
+struct Registers {
+  /// attn_fwd mma 80: per warp (bm / warps rows) O (rows hd / 32), S (rows bn / 32), Q fragments (rows hd / 64), ~24.
+  static std::int64_t fwd_mma(std::int64_t hd, std::int64_t bm, std::int64_t bn, std::int64_t warps) {
+    const std::int64_t rows = bm / warps;
+    return rows * hd / 32 + rows * bn / 32 + rows * hd / 64 + 24;
+  }
+  /// attn_fwd mma 90: O (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps them across the next S: bn / 4),
+  /// ~30 others.
+  static std::int64_t fwd_wgmma(std::int64_t hd, std::int64_t bn, std::int64_t pipe) {
+    return hd / 2 + bn / 2 + bn / (pipe == 2 ? 4 : 8) + 30;
+  }
+  /// attn_bwd_dkdv mma 80: per warp tile of 16 keys (bn / (16 warps) of them) dK and dV (hd / 2 each), S^T and dP^T
+  /// (bm / 2 each), the fragments (bm / 4); ~48 others and 8 per stage.
+  static std::int64_t dkdv_mma(std::int64_t hd, std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
+    return bn / (16 * warps) * (hd + bm + bm / 4) + 48 + 8 * stages;
+  }
+  /// attn_bwd_dkdv mma 90: dK and dV (hd / 2 each), S^T and dP^T (bm / 2 each), the A fragments (bm / 4), ~24 others.
+  static std::int64_t dkdv_wgmma(std::int64_t hd, std::int64_t bm) { return hd + bm + bm / 4 + 24; }
+  /// attn_bwd_dq (and dq_delta) mma 80: per warp tile of 16 rows (bm / (16 warps) of them) dQ (hd / 2), S and dP
+  /// (bn / 2 each), dS fragments (bn / 4), LSE and D; ~48 others and 8 per stage.
+  static std::int64_t dq_mma(std::int64_t hd, std::int64_t bm, std::int64_t bn, std::int64_t warps, std::int64_t stages) {
+    return bm / (16 * warps) * (hd / 2 + bn + bn / 4 + 4) + 48 + 8 * stages;
+  }
+};
+
 /// Query rows the reference computes: all of them when batch * heads_q * seq_q * seq_k * head_dim is at
 /// most `budget`, else the first and last four rows plus evenly spread rows (offset by a varying amount so
 /// that they land at every position inside a tile), as many as the budget allows (at least 16).

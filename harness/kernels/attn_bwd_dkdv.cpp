@@ -69,8 +69,7 @@ class DkdvMma final : public GradVariant {
   // Per warp tile of 16 keys: dK and dV accumulators (head_dim / 2 each), S^T and dP^T (block_m / 2 each),
   // P^T fragments (block_m / 4), plus addresses, loop and pipeline state.
   static std::int64_t registers(const BwdConfig& c, const Shape& s) {
-    const std::int64_t tiles = c.block_n / (16 * c.num_warps);
-    return tiles * (s.head_dim + c.block_m + c.block_m / 4) + 48 + 8 * c.num_stages;
+    return attn::Registers::dkdv_mma(s.head_dim, c.block_m, c.block_n, c.num_warps, c.num_stages);
   }
 };
 
@@ -104,9 +103,7 @@ class DkdvWgmma final : public GradVariant {
   static std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) {
     return FtAttnSmem::bwd_wgmma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), false);
   }
-  // Per thread: dK and dV (head_dim / 2 each), S^T and dP^T (block_m / 2 each), the A fragments (block_m / 4),
-  // ~24 others.
-  static std::int64_t registers(const BwdConfig& c, const Shape& s) { return s.head_dim + c.block_m + c.block_m / 4 + 24; }
+  static std::int64_t registers(const BwdConfig& c, const Shape& s) { return attn::Registers::dkdv_wgmma(s.head_dim, c.block_m); }
 };
 
 // fp32 problems, FFMA or TF32 (mma 80 and no sink-token split only).

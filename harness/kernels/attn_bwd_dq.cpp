@@ -63,11 +63,8 @@ class DqMma final : public GradVariant {
   std::int64_t smem_bytes(const BwdConfig& c, const Shape& s) const {
     return FtAttnSmem::dq_mma(int(s.head_dim), int(c.block_m), int(c.block_n), int(c.num_stages), m_o_tile);
   }
-  // Per warp tile of 16 rows: dQ accumulators (head_dim / 2), S and dP (block_n / 2 each), dS fragments
-  // (block_n / 4), LSE and D, plus addresses and loop state.
   static std::int64_t registers(const BwdConfig& c, const Shape& s) {
-    const std::int64_t tiles = c.block_m / (16 * c.num_warps);
-    return tiles * (s.head_dim / 2 + c.block_n + c.block_n / 4 + 4) + 48 + 8 * c.num_stages;
+    return attn::Registers::dq_mma(s.head_dim, c.block_m, c.block_n, c.num_warps, c.num_stages);
   }
 
   std::string m_kernel;

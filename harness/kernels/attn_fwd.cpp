@@ -56,10 +56,8 @@ class FwdMma final : public FwdVariant {
     const std::int64_t smem = fwd_tile_bytes(c, s);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    // Registers per thread, roughly: O accumulators (rows/warp * hd / 32), S (rows/warp * bn / 32), Q
-    // fragments (rows/warp * hd / 64 words). Far past 255 spills badly whatever the compiler does.
-    const std::int64_t rows = bm / warps;
-    const std::int64_t regs = rows * hd / 32 + rows * bn / 32 + rows * hd / 64 + 24;
+    // Registers per thread, roughly (attn::Registers). Far past 255 spills badly whatever the compiler does.
+    const std::int64_t regs = attn::Registers::fwd_mma(hd, bm, bn, warps);
     if (regs > 2 * d.max_regs_per_thread)
       return "about " + std::to_string(regs) + " registers per thread needed (limit " +
              std::to_string(d.max_regs_per_thread) + ")";

@@ -72,9 +72,7 @@ class FwdWgmma final : public FwdVariant {
     const std::int64_t smem = smem_bytes(c, s);
     if (smem > d.max_shared_per_block_optin)
       return "shared memory " + std::to_string(smem) + " B > " + std::to_string(d.max_shared_per_block_optin) + " B";
-    // Registers per thread: O accumulators (hd / 2), S (bn / 2), P fragments (bn / 8; mma_pipe 2 keeps
-    // them across the next S: bn / 4), ~30 others.
-    const std::int64_t regs = hd / 2 + bn / 2 + bn / (pipe == 2 ? 4 : 8) + 30;
+    const std::int64_t regs = attn::Registers::fwd_wgmma(hd, bn, pipe);  // per thread
     if (regs > d.max_regs_per_thread)
       return "about " + std::to_string(regs) + " registers per thread needed (limit " +
              std::to_string(d.max_regs_per_thread) + ")";

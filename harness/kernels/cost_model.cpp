@@ -1,6 +1,6 @@
 // harness/kernels/cost_model.cpp: the analytic cost of an attention config (cost_model.hpp). Every figure is per SM
 // and per clock; the tile footprints are the kernels' own (FtAttnSmem, kernel_templates/attn_params.cuh) and the
-// register estimates those of their can_run (attn_fwd*.cpp, attn_bwd_*.cpp).
+// register estimates those their can_run checks (attn::Registers, attention.hpp).
 #include "harness/kernels/cost_model.hpp"
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <functional>
 #include <queue>
 #include <vector>
+
+#include "harness/kernels/attention.hpp"
 
 namespace flashtune::kernels {
 namespace {
@@ -111,12 +113,11 @@ double forward(const Attn& a, const core::Config& c, const core::DeviceLimits& d
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
   const std::int64_t mma = c.get("mma", 80), pipe = c.get("mma_pipe", 1), pack = c.get("pack_heads", 1);
   const double hd = double(a.head_dim);
-  // FtAttnSmem::fwd_mma / fwd_wgmma: the Q tile and `stages` (K, V) tile pairs, 16-bit; wgmma aligns to 1 KiB.
-  const std::int64_t smem = 2 * bm * a.head_dim + 4 * stages * bn * a.head_dim + (mma == 90 ? 1024 : 0);
-  // attn_fwd_sm90.cpp / attn_fwd.cpp can_run's register estimates.
-  const double rows = double(bm) / double(warps);
-  const double regs = mma == 90 ? hd / 2 + double(bn) / 2 + double(bn) / (pipe == 2 ? 4 : 8) + 30
-                                : rows * hd / 32 + rows * double(bn) / 32 + rows * hd / 64 + 24;
+  const int ihd = int(a.head_dim);
+  const std::int64_t smem = mma == 90 ? FtAttnSmem::fwd_wgmma(ihd, int(bm), int(bn), int(stages))
+                                      : FtAttnSmem::fwd_mma(ihd, int(bm), int(bn), int(stages));
+  const double regs = double(mma == 90 ? attn::Registers::fwd_wgmma(a.head_dim, bn, pipe)
+                                       : attn::Registers::fwd_mma(a.head_dim, bm, bn, warps));
   const Residency r = residency(32 * warps, smem, regs, c.get("min_blocks", 1), d);
   // S = Q K^T (both in shared memory) and O += P V (P in registers); mma.sync at its rate.
   const double mm = mma == 90 ? wgmma_time(double(bm), double(bn), hd, false) + wgmma_time(double(bm), hd, double(bn), true)
@@ -132,13 +133,12 @@ double backward_dkdv(const Attn& a, const core::Config& c, const core::DeviceLim
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
   const std::int64_t mma = c.get("mma", 80);
   const double hd = double(a.head_dim);
-  // FtAttnSmem::dkdv_mma / bwd_wgmma: K and V tiles, then `stages` x (Q, dO, LSE, D of bm rows).
-  const std::int64_t stage_bytes = 4 * bm * a.head_dim + 8 * bm;
-  const std::int64_t smem = mma == 90 ? 4 * bn * a.head_dim + stages * ceil_div(stage_bytes, 1024) * 1024 + 1024
-                                      : 4 * bn * a.head_dim + stages * stage_bytes;
-  const double tiles_per_warp = double(bn) / double(16 * warps);
-  const double regs = mma == 90 ? hd + double(bm) + double(bm) / 4 + 24
-                                : tiles_per_warp * (hd + double(bm) + double(bm) / 4) + 48 + 8 * double(stages);
+  const int ihd = int(a.head_dim);
+  const std::int64_t stage_bytes = FtAttnSmem::dkdv_stage(ihd, int(bm));  // Q, dO, LSE, D of bm rows
+  const std::int64_t smem = mma == 90 ? FtAttnSmem::bwd_wgmma(ihd, int(bm), int(bn), int(stages), false)
+                                      : FtAttnSmem::dkdv_mma(ihd, int(bm), int(bn), int(stages));
+  const double regs = double(mma == 90 ? attn::Registers::dkdv_wgmma(a.head_dim, bm)
+                                       : attn::Registers::dkdv_mma(a.head_dim, bm, bn, warps, stages));
   const Residency r = residency(32 * warps, smem, regs, c.get("min_blocks", 1), d);
   // Four products per tile: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q.
   const double flops = 8 * double(bm * bn) * hd;
@@ -162,9 +162,8 @@ double backward_dq(const Attn& a, const core::Config& c, const core::DeviceLimit
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("num_warps"), stages = c.at("num_stages");
   const std::int64_t pack = c.get("pack_heads", 1);
   const double hd = double(a.head_dim);
-  const std::int64_t smem = 4 * bm * a.head_dim + 4 * stages * bn * a.head_dim;  // FtAttnSmem::dq_mma, D not inline
-  const double tiles_per_warp = double(bm) / double(16 * warps);
-  const double regs = tiles_per_warp * (hd / 2 + double(bn) + double(bn) / 4 + 4) + 48 + 8 * double(stages);
+  const std::int64_t smem = FtAttnSmem::dq_mma(int(a.head_dim), int(bm), int(bn), int(stages), false);  // D not inline
+  const double regs = double(attn::Registers::dq_mma(a.head_dim, bm, bn, warps, stages));
   const Residency r = residency(32 * warps, smem, regs, c.get("min_blocks", 1), d);
   // Three products per tile: S = Q K^T, dP = dO V^T, dQ += dS K.
   const double mm = 6 * double(bm * bn) * hd / kMmaSyncFlops;
