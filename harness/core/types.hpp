@@ -150,6 +150,11 @@ struct DeviceLimits {
 struct MeasureSettings {
   bool cold = true;            ///< flush L2 before each sample
   int warmup = 3;              ///< launches before the first sample
+  /// [s] of kernel time the warm-up lasts at least (launches past `warmup`, as many as the first one's time says):
+  /// a card that slows under sustained load (an H100 at its power cap: 1980 -> ~1700 MHz within ~25 ms of the
+  /// Hopper backward, docs/NOTES.md session 24) is then sampled in the steady state its peers' benchmarks see.
+  /// 0: the `warmup` launches only.
+  double warmup_s = 0;
   int min_samples = 10;
   int max_samples = 500;
   double noise_target = 0.01;  ///< stop once stdev/mean of the samples is below this

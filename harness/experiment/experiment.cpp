@@ -178,7 +178,8 @@ std::vector<std::pair<YAML::Node, std::string>> one_or_list(const Ctx& ctx, cons
 core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const std::string& path,
                                    core::MeasureSettings m) {
   MapReader r(ctx, node, path,
-              {"mode", "warmup", "min_samples", "max_samples", "noise_target", "min_time_s", "max_time_s", "watchdog_s"});
+              {"mode", "warmup", "warmup_s", "min_samples", "max_samples", "noise_target", "min_time_s", "max_time_s",
+               "watchdog_s"});
   if (const Entry* e = r.get("mode")) {
     const std::string mode = to_string_value(ctx, e->value, e->path);
     if (mode != "cold" && mode != "hot") ctx.fail(e->value, e->path, "expected cold or hot, got '" + mode + "'");
@@ -187,6 +188,10 @@ core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const
   if (const Entry* e = r.get("warmup")) {
     m.warmup = to_int32(ctx, e->value, e->path);
     if (m.warmup < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0", e->value));
+  }
+  if (const Entry* e = r.get("warmup_s")) {
+    m.warmup_s = to_double(ctx, e->value, e->path);
+    if (m.warmup_s < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s]", e->value));
   }
   if (const Entry* e = r.get("min_samples")) {
     m.min_samples = to_int32(ctx, e->value, e->path);

@@ -11,6 +11,7 @@
 //   measure:                         # optional; every key optional, defaults shown
 //     mode: cold                     #   cold: flush L2 before each sample; hot: do not
 //     warmup: 3                      #   launches before the first sample (>= 0)
+//     warmup_s: 0                    #   [s] kernel time the warm-up lasts at least (>= 0; 0: launches only)
 //     min_samples: 10                #   >= 1
 //     max_samples: 500               #   >= min_samples
 //     noise_target: 0.01             #   stop once stdev/mean < this (> 0)

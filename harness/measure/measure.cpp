@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace {
 constexpr std::int64_t kDefaultL2Bytes = 64ll << 20;  // [bytes] when the device's L2 size is unknown
 constexpr int kMaxBatch = 16;          // samples enqueued between two host synchronizations
 constexpr double kBatchTargetMs = 2.0; // [ms] of kernel time per batch once the kernel's time is known
+constexpr int kMaxWarmupLaunches = 100000;  // warmup_s's launches past the first timed one
 }  // namespace
 
 L2Flusher::L2Flusher(std::int64_t l2_bytes)
@@ -42,6 +44,27 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   }
   if (watchdog) watchdog->wait([&] { return stream.query(); }, s.warmup, "warm-up");
   else stream.synchronize();
+  if (s.warmup_s > 0) {  // more warm-up, by the kernel time of one timed launch (at most kMaxWarmupLaunches)
+    cuda::Event start, stop;
+    if (prepare) prepare(st);
+    if (flusher) flusher->flush(st);
+    start.record(st);
+    launch(st);
+    stop.record(st);
+    if (watchdog) watchdog->wait([&] { return stop.query(); }, 1, "warm-up");
+    else stop.synchronize();
+    const double ms = std::max(double(cuda::Event::elapsed_ms(start, stop)), 1e-3);
+    const int more = int(std::min<double>(kMaxWarmupLaunches, std::ceil(s.warmup_s * 1e3 / ms) - 1));
+    for (int i = 0; i < more; ++i) {
+      if (prepare) prepare(st);
+      if (flusher) flusher->flush(st);
+      launch(st);
+    }
+    if (more > 0) {
+      if (watchdog) watchdog->wait([&] { return stream.query(); }, more, "warm-up");
+      else stream.synchronize();
+    }
+  }
 
   std::vector<cuda::Event> starts(kMaxBatch), stops(kMaxBatch);
   std::vector<double> samples;

@@ -36,7 +36,8 @@ struct EarlyExit {
 };
 
 /// Times `launch` (which must enqueue exactly the work to time on the stream it is given).
-/// Runs s.warmup untimed launches, then samples, each between its own pair of events (samples are
+/// Runs s.warmup untimed launches (and, with s.warmup_s, more: one timed, then as many as make up s.warmup_s of
+/// kernel time), then samples, each between its own pair of events (samples are
 /// enqueued in small batches so the GPU never idles waiting for the host between a start event and its
 /// launch). With `flusher` (cold), an L2 flush is enqueued before each sample's start event.
 /// Stops when: n >= s.min_samples, total kernel time >= s.min_time_s and rel_stdev < s.noise_target

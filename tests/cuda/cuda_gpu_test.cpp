@@ -221,6 +221,31 @@ TEST_F(CudaGpu, MeasureCollectsSamplesAndHonoursItsStoppingRules) {
   EXPECT_FALSE(abandoned.converged);
   EXPECT_GE(abandoned.samples_ms.size(), 5u);
   EXPECT_LT(abandoned.samples_ms.size(), 40u);
+
+  // warmup_s: past the `warmup` launches, one timed launch and as many more as make up warmup_s of kernel time.
+  int launches = 0;
+  const auto counted = [&](CUstream st) {
+    ++launches;
+    launch(st);
+  };
+  core::MeasureSettings w;
+  w.warmup = 0;
+  w.warmup_s = 0.02;  // [s]: ~2000 launches of the ~10 us kernel
+  w.min_samples = w.max_samples = 5;
+  w.noise_target = 0;
+  w.max_time_s = 30;
+  const core::Timing warmed = measure::measure(counted, stream, w, nullptr);
+  ASSERT_EQ(warmed.samples_ms.size(), 5u);
+  const double expected = w.warmup_s * 1e3 / warmed.median_ms;  // warm-up launches the samples' time implies
+  const int warm = launches - 5;
+  std::printf("warmup_s %.3f s: %d warm-up launches (%.0f expected at the samples' median %.4f ms)\n", w.warmup_s, warm,
+              expected, warmed.median_ms);
+  EXPECT_GE(warm, int(0.25 * expected));  // the first, timed launch may be slower (cold) than the samples
+  EXPECT_LE(warm, int(4 * expected) + 2);
+  launches = 0;
+  w.warmup_s = 0;
+  measure::measure(counted, stream, w, nullptr);
+  EXPECT_EQ(launches, 5);  // warmup 0, warmup_s 0: the samples only
 }
 
 TEST_F(CudaGpu, CopyBandwidthIsPositiveAndPlausible) {

@@ -87,7 +87,7 @@ void expect_error(const std::string& yaml, int line, const std::string& key, con
 const char* kGood = R"(name: quickstart
 description: "row sums, two dtypes"
 arch: sm_80
-measure: {mode: hot, warmup: 5, min_samples: 20, max_samples: 200, noise_target: 0.02, min_time_s: 0.01, max_time_s: 2.0, watchdog_s: 4}
+measure: {mode: hot, warmup: 5, warmup_s: 0.25, min_samples: 20, max_samples: 200, noise_target: 0.02, min_time_s: 0.01, max_time_s: 2.0, watchdog_s: 4}
 validate: {enabled: true, seed: 42, atol: 1e-5}
 studies:
   - family: fake_rows
@@ -126,6 +126,8 @@ TEST(Experiment, GoodFileGivesExpectedValues) {
   EXPECT_EQ(ex.text_hash, ft::core::hash_hex(kGood));
   EXPECT_FALSE(ex.measure.cold);
   EXPECT_EQ(ex.measure.warmup, 5);
+  EXPECT_DOUBLE_EQ(ex.measure.warmup_s, 0.25);
+  EXPECT_DOUBLE_EQ(ft::core::MeasureSettings{}.warmup_s, 0.0);  // the default: launches only
   EXPECT_EQ(ex.measure.min_samples, 20);
   EXPECT_EQ(ex.measure.max_samples, 200);
   EXPECT_DOUBLE_EQ(ex.measure.noise_target, 0.02);
@@ -318,6 +320,7 @@ TEST(ExperimentErrors, MeasureRanges) {
                "min_samples (50) > max_samples (10)");
   expect_error(replace_line(kGood, 4, "measure: {noise_target: 0}"), 4, "measure.noise_target", "must be > 0");
   expect_error(replace_line(kGood, 4, "measure: {min_time_s: -1}"), 4, "measure.min_time_s", "must be >= 0");
+  expect_error(replace_line(kGood, 4, "measure: {warmup_s: -0.1}"), 4, "measure.warmup_s", "must be >= 0");
   expect_error(replace_line(kGood, 4, "measure: {watchdog_s: -2}"), 4, "measure.watchdog_s", "must be >= 0");
   expect_error(replace_line(kGood, 4, "measure: {mode: lukewarm}"), 4, "measure.mode", "expected cold or hot");
   // A study override is checked against the merged settings (top level min_samples is 20).
