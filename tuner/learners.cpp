@@ -59,6 +59,27 @@ void GridStrategy::observe(const core::Config& c, const core::TrialResult& r) {
   learn(i);
 }
 
+void GridStrategy::set_prior(const std::map<std::string, double>& cost_by_key) {
+  m_prior.assign(m_grid.size(), std::nan(""));
+  double sum = 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < m_grid.size(); ++i) {
+    const auto it = cost_by_key.find(m_grid.config(i).key());
+    if (it == cost_by_key.end()) continue;
+    if (!(it->second > 0) || !std::isfinite(it->second))
+      throw core::Error("tuner: prior cost of " + it->first + " is not positive and finite");
+    m_prior[i] = std::log(it->second);
+    sum += m_prior[i], ++n;
+  }
+  if (n == 0) m_prior.clear();
+  m_prior_fill = n ? sum / double(n) : 0.0;
+}
+
+std::optional<double> GridStrategy::prior_log_cost(std::size_t i) const {
+  if (m_prior.empty() || std::isnan(m_prior[i])) return std::nullopt;
+  return m_prior[i];
+}
+
 std::size_t GridStrategy::random_unvisited() {
   // Rejection while at least 1/8 of the space is left (a few draws), else a draw from the list.
   if (unvisited() * 8 >= m_grid.size()) {
@@ -82,6 +103,24 @@ std::size_t GridStrategy::nearest_unvisited(const std::vector<int>& point) {
     if (d < best) best = d, ties.clear();
     if (d == best) ties.push_back(i);
   }
+  return ties.size() == 1 ? ties[0] : pick_among(ties);
+}
+
+std::size_t GridStrategy::prior_or_random_unvisited() {
+  if (!has_prior()) return random_unvisited();
+  std::vector<std::size_t> left;
+  for (std::size_t i = 0; i < m_grid.size(); ++i)
+    if (!m_asked[i]) left.push_back(i);
+  return pick_among(left);
+}
+
+std::size_t GridStrategy::pick_among(std::vector<std::size_t> ties) {
+  if (has_prior()) {  // the prior's cheapest; a random one among equals (and among those it has no cost for)
+    const double none = std::numeric_limits<double>::infinity();
+    double low = none;
+    for (std::size_t i : ties) low = std::min(low, prior_log_cost(i).value_or(none));
+    std::erase_if(ties, [&](std::size_t i) { return prior_log_cost(i).value_or(none) != low; });
+  }
   return ties[ties.size() == 1 ? 0 : m_rng.index(ties.size())];
 }
 
@@ -91,7 +130,7 @@ SimulatedAnnealing::SimulatedAnnealing(std::vector<core::Config> candidates, std
     : GridStrategy(std::move(candidates), budget_trials, seed), m_settings(s), m_temperature(s.temperature) {}
 
 std::size_t SimulatedAnnealing::choose() {
-  if (!m_current) return random_unvisited();
+  if (!m_current) return prior_or_random_unvisited();
   return nearest_unvisited(m_grid.coords(*m_current));
 }
 
@@ -132,7 +171,7 @@ std::size_t GeneticAlgorithm::tournament(const std::vector<std::size_t>& populat
 }
 
 std::size_t GeneticAlgorithm::choose() {
-  if (proposed() < m_settings.population || measured() < 2) return random_unvisited();
+  if (proposed() < m_settings.population || measured() < 2) return prior_or_random_unvisited();
   std::vector<std::size_t> population = measured_indices();
   std::stable_sort(population.begin(), population.end(), [&](std::size_t a, std::size_t b) { return cost(a) < cost(b); });
   if (population.size() > std::size_t(m_settings.population)) population.resize(std::size_t(m_settings.population));
@@ -158,6 +197,11 @@ BayesianOptimization::BayesianOptimization(std::vector<core::Config> candidates,
     : GridStrategy(std::move(candidates), budget_trials, seed), m_settings(s) {
   for (std::size_t d = 0; d < m_grid.dims(); ++d)
     if (m_grid.levels(d).size() > 1) m_model_dims.push_back(d);
+}
+
+double BayesianOptimization::prior_mean(std::size_t i) const {
+  if (!has_prior()) return 0;
+  return m_prior_offset + m_prior_scale * prior_log_cost(i).value_or(prior_fill());
 }
 
 std::vector<double> BayesianOptimization::features(std::size_t i) const {
@@ -204,9 +248,23 @@ std::size_t BayesianOptimization::choose() {
     std::stable_sort(scored.begin(), scored.end(), [&](std::size_t a, std::size_t b) { return target(a) < target(b); });
     scored.resize(kMaxModelPoints);
   }
+  if (has_prior()) {  // the prior line, by least squares over the measured configs modelled
+    double prior_avg = 0, y_avg = 0, sxx = 0, sxy = 0;
+    std::size_t n = 0;
+    for (std::size_t i : scored)
+      if (outcome(i) == Outcome::measured) prior_avg += prior_log_cost(i).value_or(prior_fill()), y_avg += target(i), ++n;
+    prior_avg /= double(n), y_avg /= double(n);  // n >= 1: best() exists
+    for (std::size_t i : scored)
+      if (outcome(i) == Outcome::measured) {
+        const double dm = prior_log_cost(i).value_or(prior_fill()) - prior_avg;
+        sxx += dm * dm, sxy += dm * (target(i) - y_avg);
+      }
+    m_prior_scale = n >= kMinPriorFit && sxx > 1e-12 ? std::clamp(sxy / sxx, 0.0, kMaxPriorScale) : 1.0;
+    m_prior_offset = y_avg - m_prior_scale * prior_avg;
+  }
   for (std::size_t i : scored) {
     x.push_back(features(i));
-    y.push_back(target(i));
+    y.push_back(target(i) - prior_mean(i));
   }
   // Length scales: refit while data is scarce (each point moves them), then at ~10 % growth.
   const bool refit = scored.size() <= 30 || double(scored.size()) >= 1.1 * double(m_fitted_at);
@@ -237,6 +295,7 @@ std::size_t BayesianOptimization::choose() {
   for (std::size_t i : pool) {
     double mu = 0, sigma = 0;
     m_gp.predict(features(i), mu, sigma);
+    mu += prior_mean(i);
     const double ei = expected_improvement(mu, sigma, best_y, m_settings.xi);
     if (ei > pick_ei || (ei == pick_ei && mu < pick_mu)) pick = i, pick_ei = ei, pick_mu = mu;
   }

@@ -41,6 +41,13 @@ class GridStrategy : public Strategy {
   std::int64_t proposed() const { return m_proposed; }
   const Grid& grid() const { return m_grid; }
 
+  /// A prior cost per candidate, by core::Config::key() (lower is faster; any positive unit, such as an
+  /// analytic model's clocks; keys that are not candidates are ignored). Bayesian optimization then models
+  /// log(time) as a fitted line in log(prior cost) plus the GP's residual; annealing and the genetic
+  /// algorithm take the prior's cheapest where they would pick at random (see each). Throws core::Error
+  /// for a cost that is not positive and finite.
+  void set_prior(const std::map<std::string, double>& cost_by_key);
+
  protected:
   /// Index of an unvisited candidate. Called only while one exists.
   virtual std::size_t choose() = 0;
@@ -56,10 +63,17 @@ class GridStrategy : public Strategy {
   const std::vector<std::size_t>& observed_indices() const { return m_observed; }  ///< every outcome, in order
   std::optional<std::size_t> best() const { return m_best; }  ///< lowest measured cost (earliest of equals)
   double worst_cost() const { return m_worst; }               ///< [ms] highest measured cost; 0 before any
+  bool has_prior() const { return !m_prior.empty(); }
+  /// log of candidate i's prior cost; nullopt without one (no prior, or none for this candidate).
+  std::optional<double> prior_log_cost(std::size_t i) const;
+  double prior_fill() const { return m_prior_fill; }  ///< mean log prior cost, for candidates without one
 
   std::size_t random_unvisited();
-  /// A random one among the unvisited candidates nearest (L1 on coordinates) to `point`.
+  /// A random one among the unvisited candidates nearest (L1 on coordinates) to `point`; with a prior,
+  /// the prior's cheapest among them (random among equals).
   std::size_t nearest_unvisited(const std::vector<int>& point);
+  /// With a prior, the unvisited candidate it rates cheapest (random among equals); else random_unvisited().
+  std::size_t prior_or_random_unvisited();
 
   Grid m_grid;
   Rng m_rng;
@@ -74,6 +88,9 @@ class GridStrategy : public Strategy {
   std::vector<std::size_t> m_measured, m_observed;
   std::optional<std::size_t> m_best;
   double m_worst = 0;
+  std::vector<double> m_prior;  // per candidate, log prior cost (NaN: none); empty without a prior
+  double m_prior_fill = 0;
+  std::size_t pick_among(std::vector<std::size_t> ties);  // the prior's cheapest, then random
 };
 
 // Simulated annealing over the grid. The walk proposes an unvisited candidate nearest the current
@@ -81,7 +98,8 @@ class GridStrategy : public Strategy {
 // cost / current - 1 with probability exp(-delta / T). T starts at `temperature` and is multiplied by
 // `cooling` after each measurement, so the schedule does not depend on the budget. After `restart`
 // measurements in a row without a new best, the walk restarts at the best config so far (its
-// unvisited surroundings, since the best itself is visited).
+// unvisited surroundings, since the best itself is visited). With a prior (set_prior) the walk starts at
+// the prior's cheapest config and, among equally near unvisited ones, steps to the prior's cheapest.
 class SimulatedAnnealing : public GridStrategy {
  public:
   struct Settings {
@@ -107,7 +125,8 @@ class SimulatedAnnealing : public GridStrategy {
 // fastest wins), uniform crossover of their coordinates with probability `crossover` (else a copy of
 // the first), each coordinate mutated by one step up or down with probability `mutation`. A child
 // that is not an unvisited candidate (pruned by a constraint, or already tried) becomes the nearest
-// unvisited candidate to it.
+// unvisited candidate to it. With a prior (set_prior) the first draws are the prior's cheapest unvisited
+// configs instead of random ones, and the nearest candidate to a child is the prior's cheapest among equals.
 class GeneticAlgorithm : public GridStrategy {
  public:
   struct Settings {
@@ -135,6 +154,11 @@ class GeneticAlgorithm : public GridStrategy {
 // are a spread-out design: one at random, then each the unvisited candidate farthest from all visited
 // ones. Length scales are refitted by maximum likelihood after each observation while there are few,
 // then at intervals (every ~10 % growth of the data).
+// With a prior (set_prior: the analytic cost model on a cold start) the GP's mean is no longer a constant:
+// log(time) = offset + scale x log(prior cost) + residual, offset and scale fitted by least squares to the
+// measured configs (scale 1 below kMinPriorFit of them, and clamped to [0, kMaxPriorScale]: a model that
+// orders the measured configs backwards falls back to a constant mean, the GP without a prior), and the GP
+// models the residual. Candidates without a prior cost get the mean of the prior over those with one.
 class BayesianOptimization : public GridStrategy {
  public:
   struct Settings {
@@ -146,6 +170,10 @@ class BayesianOptimization : public GridStrategy {
   /// Points the model is fitted to at most (the fastest ones), so a proposal stays well under a
   /// second however long the search: the fit is cubic in the points, scoring quadratic.
   static constexpr std::size_t kMaxModelPoints = 256;
+  /// Measured configs needed before the prior's scale is fitted (below: 1, the prior's own spread).
+  static constexpr std::size_t kMinPriorFit = 3;
+  /// Largest fitted scale of the prior: at most twice the spread the prior itself predicts.
+  static constexpr double kMaxPriorScale = 2.0;
   BayesianOptimization(std::vector<core::Config> candidates, std::int64_t budget_trials, std::uint64_t seed, Settings s);
 
  protected:
@@ -153,7 +181,10 @@ class BayesianOptimization : public GridStrategy {
 
  private:
   std::vector<double> features(std::size_t i) const;
+  /// The fitted prior line at candidate i; 0 without a prior (the GP's constant mean stays its own).
+  double prior_mean(std::size_t i) const;
   Settings m_settings;
+  double m_prior_offset = 0, m_prior_scale = 1;  // the prior line, refitted at each choose()
   std::vector<std::size_t> m_model_dims;  // grid dimensions with more than one level
   GaussianProcess m_gp;
   std::vector<double> m_scales;

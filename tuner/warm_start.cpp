@@ -7,6 +7,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "tuner/learners.hpp"
+
 namespace flashtune::tuner {
 namespace {
 
@@ -142,6 +144,8 @@ WarmStart model_start(const std::vector<core::Config>& candidates, const std::ve
   std::stable_sort(index.begin(), index.end(),
                    [&](std::size_t a, std::size_t b) { return costs[a].value_or(none) < costs[b].value_or(none); });
   for (std::size_t i = 0; i < index.size(); ++i) w.order[i] = candidates[index[i]];
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (costs[i]) w.model_costs[candidates[i].key()] = *costs[i];
   w.model = model;
   return w;
 }
@@ -153,6 +157,8 @@ std::unique_ptr<Strategy> make_warm_strategy(const core::StrategySettings& setti
   core::StrategySettings inner = settings;
   inner.budget_trials = 0;  // the wrapper counts
   auto strategy = make_strategy(inner, std::move(candidates));
+  if (!warm.model_costs.empty())
+    if (auto* learner = dynamic_cast<GridStrategy*>(strategy.get())) learner->set_prior(warm.model_costs);
   std::vector<core::Config> first(warm.order.begin(),
                                   warm.order.begin() + std::min<std::ptrdiff_t>(seeds, std::ptrdiff_t(warm.order.size())));
   return std::make_unique<WarmStarted>(std::move(first), std::move(strategy), settings.budget_trials);

@@ -43,6 +43,7 @@ struct WarmStart {
   std::vector<core::Config> order;       ///< the candidates, most promising first (all of them, each once)
   std::vector<WarmStartSource> sources;  ///< the surfaces that informed it, nearest first
   std::string model;                     ///< non-empty: no history; the order is this analytic model's (model_start)
+  std::map<std::string, double> model_costs;  ///< with `model`: its cost per config key (those it estimates)
   bool informed() const { return !sources.empty() || !model.empty(); }
 };
 
@@ -73,7 +74,8 @@ constexpr int kWarmSeeds = 3;
 
 /// make_strategy, warm-started: exhaustive runs warm.order (its budget keeps the first ones); the others
 /// propose the first `seeds` configs of warm.order, then their own, having observed those (settings.budget_trials
-/// counts both). Without an informed warm start it is make_strategy.
+/// counts both), and a learner is given warm.model_costs as its prior (GridStrategy::set_prior: bayes's mean).
+/// Without an informed warm start it is make_strategy.
 std::unique_ptr<Strategy> make_warm_strategy(const core::StrategySettings& settings, std::vector<core::Config> candidates,
                                              const WarmStart& warm, int seeds = kWarmSeeds);
 

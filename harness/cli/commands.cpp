@@ -215,7 +215,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                         "nearest problems of the same family, stage and GPU measured in the database (recorded in "
                         "its warm_starts table)")
       ("no-prior", "without history, start a learning search from its own random or spread-out proposals instead "
-                   "of the analytic cost model's order (harness/kernels/cost_model.hpp; recorded in warm_starts)")
+                   "of the analytic cost model's order, and without the model as its prior (bayes's mean; "
+                   "harness/kernels/cost_model.hpp; recorded in warm_starts)")
       ("verbose,v", "also print each trial's registers, spills and compile time");
   po::positional_options_description pos;
   pos.add("experiment", 1);

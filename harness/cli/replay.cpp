@@ -149,8 +149,9 @@ int cmd_replay(const std::vector<std::string>& args) {
       ("warm-start", "start every search from the other replayed surfaces of the same family, stage and GPU "
                      "(leave-one-out: never the surface's own problem), as `flashtune run` does from its database")
       ("no-prior", "replay cold searches from the learners' own first proposals: by default a surface without history "
-                   "(no --warm-start) is searched from the analytic cost model's order (harness/kernels/cost_model.hpp, "
-                   "the default sm_90a device table), as `flashtune run` does without history")
+                   "(no --warm-start) is searched from the analytic cost model's order and with the model as the "
+                   "learners' prior (harness/kernels/cost_model.hpp, the default sm_90a device table), as `flashtune "
+                   "run` does without history")
       ("bar", "judge the bar per surface: the best learning strategy reaches within 3 % of the optimum in "
               "<= 20 % of the runnable trials (10 % with --warm-start; at least one trial) (mean of >= 20 seeds) and "
               "beats random search at a budget of that size (P > 0); exit status 1 if any surface fails")

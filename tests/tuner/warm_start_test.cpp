@@ -162,3 +162,29 @@ TEST(WarmStart, AModelStartOrdersByCostAndNamesTheModel) {
   EXPECT_FALSE(tuner::model_start(candidates, std::vector<std::optional<double>>(candidates.size()), "m").informed());
   EXPECT_FALSE(tuner::model_start(candidates, {1.0}, "m").informed());
 }
+
+// Past the seeds a learner keeps the model as its prior (GridStrategy::set_prior): where the genetic algorithm
+// would draw its first population at random it takes the model's next best, so with a population of the whole
+// space it proposes the model's order; a history warm start gives no prior.
+TEST(WarmStart, AModelStartIsTheLearnersPriorAfterTheSeeds) {
+  const auto candidates = space();
+  std::vector<std::optional<double>> costs(candidates.size());
+  for (std::size_t i = 0; i < costs.size(); ++i)
+    if (i != 4) costs[i] = (double(i) - 6.3) * (double(i) - 6.3);  // no ties: 6 7 5 8 9 3 2 1 0, then 4
+  const auto w = tuner::model_start(candidates, costs, "toy model");
+  ASSERT_EQ(w.model_costs.size(), 9u);
+  EXPECT_EQ(w.model_costs.at(cfg(6).key()), *costs[6]);
+  EXPECT_EQ(w.model_costs.count(cfg(4).key()), 0u);
+  EXPECT_TRUE(tuner::warm_start(space(), {{"seq", 4096}, {"causal", 0}}, "bf16", {surface(2048, 7)}).model_costs.empty());
+  for (std::uint64_t seed : {1, 2, 3}) {
+    core::StrategySettings s;
+    s.name = "genetic", s.seed = seed;
+    auto strategy = tuner::make_warm_strategy(s, candidates, w, 3);
+    for (const auto& c : w.order) {
+      const auto p = strategy->propose();
+      ASSERT_TRUE(p.has_value());
+      EXPECT_EQ(p->key(), c.key()) << "seed " << seed;
+      strategy->observe(*p, ok(1.0 + double(std::abs(p->at("x") - 2))));
+    }
+  }
+}
