@@ -232,7 +232,7 @@ TEST(ExperimentErrors, MissingRequiredKeys) {
 
 TEST(ExperimentErrors, UnknownKeysAtEveryLevel) {
   expect_error(replace_line(kGood, 4, "measure: {mode: hot, warmups: 5}"), 4, "measure.warmups",
-               "allowed: mode, warmup, min_samples");
+               "allowed: mode, warmup, warmup_s, min_samples");
   expect_error(replace_line(kGood, 5, "validate: {enable: true}"), 5, "validate.enable", "allowed: enabled, seed, atol");
   expect_error(replace_line(kGood, 16, "    strategy: {name: random, trials: 5}"), 16, "studies[0].strategy.trials",
                "allowed: name, budget_trials");
