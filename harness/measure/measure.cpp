@@ -37,11 +37,12 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   const int min_samples = std::clamp(s.min_samples, 1, max_samples);
   const int early_exit_after = std::min(5, min_samples);
 
-  for (int i = 0; i < s.warmup; ++i) {
+  const auto untimed = [&] {  // one warm-up launch, prepared and flushed as a sample is
     if (prepare) prepare(st);
     if (flusher) flusher->flush(st);
     launch(st);
-  }
+  };
+  for (int i = 0; i < s.warmup; ++i) untimed();
   if (watchdog) watchdog->wait([&] { return stream.query(); }, s.warmup, "warm-up");
   else stream.synchronize();
   if (s.warmup_s > 0) {  // more warm-up, by the kernel time of one timed launch (at most kMaxWarmupLaunches)
@@ -55,11 +56,7 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
     else stop.synchronize();
     const double ms = std::max(double(cuda::Event::elapsed_ms(start, stop)), 1e-3);
     const int more = int(std::min<double>(kMaxWarmupLaunches, std::ceil(s.warmup_s * 1e3 / ms) - 1));
-    for (int i = 0; i < more; ++i) {
-      if (prepare) prepare(st);
-      if (flusher) flusher->flush(st);
-      launch(st);
-    }
+    for (int i = 0; i < more; ++i) untimed();
     if (more > 0) {
       if (watchdog) watchdog->wait([&] { return stream.query(); }, more, "warm-up");
       else stream.synchronize();
