@@ -1,0 +1,352 @@
+"""python/bench/attention_e2e.py: flashtune.attention timed end to end through PyTorch, as a model would call it.
+
+Measures on one GPU, in one process:
+  1. forward, and forward + backward through autograd (torch.autograd.grad over q, k, v, sinks: the real chain of
+     custom op, autograd node, contiguity and sink casts), CUDA events around each sample, a 256 MiB buffer
+     written before each sample (cold L2), warm-up first, median / p10 / p90 over --samples samples;
+  2. host overhead per call [us]: a tiny problem called N times after warm-up, CPU time per call, for the full
+     flashtune.attention path, the bare custom op, the bare ctypes Runtime.forward and SDPA (for orientation);
+     the GPU time per call beside it says whether the GPU, not the host, bounded that loop;
+  3. a fresh process's time from its start to its first launch done (subprocess), with an empty CUBIN cache
+     (cold: pick + NVRTC compile) and again with the cache it left (warm);
+  4. with --peers PATH (../shared/peers/peers.py or a file like it): that file imported at run time, its sections
+     (--peer-sections) run in this process after flashtune, their emitted rows shown beside ours; flashtune is
+     also timed with the peers' own `bench` function when the file has one, so both sides share a timer.
+Prints a table; writes everything as JSON to --out. Default shape: GPT-OSS (batch 4, 64 / 8 heads, head_dim 64,
+seq 4096, causal, window 128, learned sinks, bf16). Needs FLASHTUNE_CONFIGS (or --configs) and the library.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # python/, so the bench runs from a checkout without installing
+import flashtune  # noqa: E402
+from flashtune import _runtime  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+L2_FLUSH_BYTES = 256 << 20  # [bytes] written before each sample: larger than any current GPU's L2
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads-q", type=int, default=64)
+    p.add_argument("--heads-kv", type=int, default=8)
+    p.add_argument("--seq-q", type=int, default=4096)
+    p.add_argument("--seq-k", type=int, default=None, help="default: seq-q")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--window", type=int, default=128, help="0: none")
+    p.add_argument("--sink-tokens", type=int, default=0)
+    p.add_argument("--learned-sinks", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    p.add_argument("--samples", type=int, default=100, help="timed samples per measurement")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls before the samples")
+    p.add_argument("--host-calls", type=int, default=2000, help="calls per host-overhead measurement")
+    p.add_argument("--no-first-launch", action="store_true", help="skip the fresh-process measurements")
+    p.add_argument("--configs", help="export JSON (default: $FLASHTUNE_CONFIGS)")
+    p.add_argument("--peers", help="path of a peers file (../shared/peers/peers.py) to import and run beside")
+    p.add_argument("--peer-sections", default="flex_cases",
+                   help="comma-separated functions of the peers file to run (default: flex_cases)")
+    p.add_argument("--out", default="attention_e2e.json", help="JSON results")
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shapes and FLOPs
+
+def visible_pairs(sq, sk, causal, window, sink_tokens):
+    """(i, j) pairs visible under the mask of DESIGN.md (per batch and query head)."""
+    off, total = sk - sq, 0
+    for i in range(sq):
+        hi = min(sk - 1, i + off) if causal else sk - 1
+        lo = max(0, i + off - window + 1) if window else 0
+        if hi < lo:
+            band = 0
+        else:
+            band = hi - lo + 1
+        sinks = min(sink_tokens, lo, hi + 1) if window and sink_tokens else 0  # sink keys before the band
+        total += band + max(0, sinks)
+    return total
+
+
+def make_inputs(a, requires_grad=True, seed=0):
+    torch.manual_seed(seed)
+    dt, sk = DTYPES[a.dtype], a.seq_k or a.seq_q
+    q = torch.randn(a.batch, a.heads_q, a.seq_q, a.head_dim, device="cuda", dtype=dt, requires_grad=requires_grad)
+    k = torch.randn(a.batch, a.heads_kv, sk, a.head_dim, device="cuda", dtype=dt, requires_grad=requires_grad)
+    v = torch.randn(a.batch, a.heads_kv, sk, a.head_dim, device="cuda", dtype=dt, requires_grad=requires_grad)
+    s = torch.randn(a.heads_q, device="cuda", dtype=torch.float32, requires_grad=requires_grad) \
+        if a.learned_sinks else None
+    return q, k, v, s
+
+
+def call_kwargs(a):
+    return dict(causal=a.causal, window=a.window or None, sink_tokens=a.sink_tokens)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing
+
+def summary(ms):
+    ms = sorted(ms)
+    q = lambda f: ms[min(len(ms) - 1, int(f * len(ms)))]
+    return {"median_ms": statistics.median(ms), "p10_ms": q(0.1), "p90_ms": q(0.9), "min_ms": ms[0],
+            "max_ms": ms[-1], "samples": len(ms)}
+
+
+def time_cold(fn, samples, warmup, flush):
+    """Per-sample [ms] of fn() between CUDA events on the current stream, `flush` written before each sample."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = []
+    for _ in range(samples):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return summary([s.elapsed_time(e) for s, e in events])
+
+
+def time_host(fn, calls, warmup=100):
+    """[us] of CPU time per fn() call over `calls` calls (launches stay asynchronous), and the GPU's time per call
+    over the same loop (events around it; close to the host number means the GPU bounded the loop)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    end.record()
+    torch.cuda.synchronize()
+    return {"host_us_per_call": (t1 - t0) / calls * 1e6, "gpu_us_per_call": start.elapsed_time(end) / calls * 1e3,
+            "calls": calls}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The measurements
+
+def measure_main(a, flush):
+    q, k, v, s = make_inputs(a)
+    kw = call_kwargs(a)
+    inputs = [t for t in (q, k, v, s) if t is not None]
+    do = torch.randn_like(q)
+
+    def fwd():
+        with torch.no_grad():
+            return flashtune.attention(q, k, v, sinks=s, **kw)
+
+    def fwd_bwd():
+        o = flashtune.attention(q, k, v, sinks=s, **kw)
+        return torch.autograd.grad(o, inputs, do)
+
+    sk = a.seq_k or a.seq_q
+    pairs = visible_pairs(a.seq_q, sk, a.causal, a.window, a.sink_tokens)
+    flops_fwd = 4 * a.head_dim * pairs * a.batch * a.heads_q
+    rows = []
+    for name, fn, flops in (("flashtune forward", fwd, flops_fwd),
+                            ("flashtune forward + backward (autograd)", fwd_bwd, 3.5 * flops_fwd)):
+        r = time_cold(fn, a.samples, a.warmup, flush)
+        r.update(name=name, tflops=flops / (r["median_ms"] * 1e-3) / 1e12)
+        rows.append(r)
+    return rows, (fwd, fwd_bwd, flops_fwd)
+
+
+def measure_host(a):
+    """Host overhead on a tiny problem of the same dtype and mask kind (batch 1, heads 1 / 1, seq 128)."""
+    dt = DTYPES[a.dtype]
+    q = torch.randn(1, 1, 128, a.head_dim, device="cuda", dtype=dt)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    s = torch.zeros(1, device="cuda") if a.learned_sinks else None
+    kw = call_kwargs(a)
+    win = a.window or 0
+    out = {}
+    with torch.no_grad():
+        out["flashtune.attention"] = time_host(lambda: flashtune.attention(q, k, v, sinks=s, **kw), a.host_calls)
+        op = torch.ops.flashtune.attn_fwd
+        out["torch.ops.flashtune.attn_fwd"] = time_host(lambda: op(q, k, v, s, a.causal, win, a.sink_tokens),
+                                                        a.host_calls)
+        # The bare binding: prebuilt structs and outputs, one ctypes call into the library per launch.
+        rt = flashtune.default_runtime()
+        o, lse = torch.empty_like(q), torch.empty(1, 1, 128, device="cuda", dtype=torch.float32)
+        shape = _runtime.make_shape(1, 1, 1, 128, 128, a.head_dim, causal=a.causal, window=win,
+                                    sink_tokens=a.sink_tokens, learned_sinks=s is not None, dtype=a.dtype)
+        t = _runtime.ft_attn_tensors(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                                     lse=lse.data_ptr(), sinks=0 if s is None else s.data_ptr())
+        stream = torch.cuda.current_stream().cuda_stream
+        out["Runtime.forward (ctypes only)"] = time_host(lambda: rt.forward(shape, t, stream), a.host_calls)
+        out["F.scaled_dot_product_attention (orientation)"] = time_host(
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal), a.host_calls)
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out["flashtune.attention (requires_grad)"] = time_host(lambda: flashtune.attention(qg, kg, vg, sinks=s, **kw),
+                                                           a.host_calls)
+    return out
+
+
+FIRST_LAUNCH_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+t_torch = time.perf_counter()
+import flashtune
+t_ft = time.perf_counter()
+a = json.loads(sys.argv[1])
+dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a["dtype"]]
+q = torch.randn(a["batch"], a["heads_q"], a["seq_q"], a["head_dim"], device="cuda", dtype=dt, requires_grad=True)
+k = torch.randn(a["batch"], a["heads_kv"], a["seq_k"], a["head_dim"], device="cuda", dtype=dt, requires_grad=True)
+v = torch.randn_like(k, requires_grad=True)
+s = torch.zeros(a["heads_q"], device="cuda", requires_grad=True) if a["learned_sinks"] else None
+torch.cuda.synchronize()
+t_inputs = time.perf_counter()
+o = flashtune.attention(q, k, v, sinks=s, causal=a["causal"], window=a["window"] or None,
+                        sink_tokens=a["sink_tokens"])
+torch.cuda.synchronize()
+t_fwd = time.perf_counter()
+wall_first_launch = time.time()
+o.backward(torch.ones_like(o))
+torch.cuda.synchronize()
+t_bwd = time.perf_counter()
+print(json.dumps({"import_torch_s": t_torch - t0, "import_flashtune_s": t_ft - t_torch,
+                  "inputs_and_cuda_init_s": t_inputs - t_ft, "first_forward_s": t_fwd - t_inputs,
+                  "first_backward_s": t_bwd - t_fwd, "wall_first_forward_done": wall_first_launch}))
+"""
+
+
+def measure_first_launch(a):
+    """A fresh interpreter's first forward (and backward): cold with an empty CUBIN cache, then warm from it."""
+    shape = dict(batch=a.batch, heads_q=a.heads_q, heads_kv=a.heads_kv, seq_q=a.seq_q, seq_k=a.seq_k or a.seq_q,
+                 head_dim=a.head_dim, causal=a.causal, window=a.window, sink_tokens=a.sink_tokens,
+                 learned_sinks=a.learned_sinks, dtype=a.dtype)
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="flashtune_cubins_") as cache:
+        env = dict(os.environ, FLASHTUNE_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        if a.configs:
+            env["FLASHTUNE_CONFIGS"] = os.path.abspath(a.configs)
+        for label in ("cold_cubin_cache", "warm_cubin_cache"):
+            start = time.time()
+            p = subprocess.run([sys.executable, "-c", FIRST_LAUNCH_CHILD, json.dumps(shape)], env=env,
+                               capture_output=True, text=True)
+            total = time.time() - start
+            if p.returncode != 0:
+                out[label] = {"error": p.stderr.strip().splitlines()[-1:] or ["exit %d" % p.returncode]}
+                continue
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            r["process_start_to_first_forward_done_s"] = r.pop("wall_first_forward_done") - start
+            r["process_total_s"] = total
+            out[label] = r
+    return out
+
+
+def load_peers(path):
+    """The peers file as a module (imported from its path at run time; never copied into this project)."""
+    spec = importlib.util.spec_from_file_location("flashtune_bench_peers", os.path.abspath(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def measure_peers(a, fwd_bwd, flops_fwd):
+    mod = load_peers(a.peers)
+    captured = []
+    if hasattr(mod, "emit"):
+        original = mod.emit
+
+        def emit(*fields):  # the file's functions look `emit` up in its globals: every row comes through here
+            captured.append([str(f) for f in fields])
+            return original(*fields)
+        mod.emit = emit
+    out = {"file": os.path.abspath(a.peers), "sections": {}, "rows": captured}
+    if hasattr(mod, "bench"):
+        ms = mod.bench(fwd_bwd)
+        out["flashtune_with_peers_bench"] = {"name": "flashtune forward + backward (peers' bench)",
+                                             "median_ms": ms, "tflops": 3.5 * flops_fwd / (ms * 1e-3) / 1e12}
+    for sec in [s for s in a.peer_sections.split(",") if s]:
+        fn = getattr(mod, sec, None)
+        if not callable(fn):
+            out["sections"][sec] = f"not a function of {a.peers}"
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            out["sections"][sec] = f"ok in {time.time() - t0:.1f} s"
+        except Exception as e:  # a peer's failure is a row of the report, not the end of the benchmark
+            out["sections"][sec] = f"{type(e).__name__}: {e}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def print_table(res):
+    print(f"\n{res['device']}  torch {res['torch']}  shape {res['shape']}")
+    print(f"{'measurement':<48} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'TFLOP/s':>8}")
+    for r in res["timings"]:
+        print(f"{r['name']:<48} {r['median_ms']:>10.4f} {r['p10_ms']:>9.4f} {r['p90_ms']:>9.4f} {r['tflops']:>8.1f}")
+    peers = res.get("peers") or {}
+    if "flashtune_with_peers_bench" in peers:
+        r = peers["flashtune_with_peers_bench"]
+        print(f"{r['name']:<48} {r['median_ms']:>10.4f} {'':>9} {'':>9} {r['tflops']:>8.1f}")
+    print(f"\n{'host overhead (tiny problem)':<48} {'host us/call':>12} {'gpu us/call':>12}")
+    for name, r in res["host_overhead"].items():
+        print(f"{name:<48} {r['host_us_per_call']:>12.2f} {r['gpu_us_per_call']:>12.2f}")
+    for label, r in (res.get("first_launch") or {}).items():
+        if "error" in r:
+            print(f"\nfirst launch, {label}: ERROR {r['error']}")
+            continue
+        print(f"\nfirst launch, {label}: process start -> first forward done {r['process_start_to_first_forward_done_s']:.2f} s "
+              f"(import torch {r['import_torch_s']:.2f}, import flashtune {r['import_flashtune_s']:.3f}, inputs + CUDA "
+              f"init {r['inputs_and_cuda_init_s']:.2f}, first forward {r['first_forward_s']:.2f}, first backward "
+              f"{r['first_backward_s']:.2f})")
+    if peers:
+        print(f"\npeers from {peers['file']}: " + "; ".join(f"{k}: {v}" for k, v in peers["sections"].items()))
+        for row in peers["rows"]:
+            print("  " + ",".join(row))
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.configs:
+        flashtune.configure(a.configs)
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": {
+        "batch": a.batch, "heads_q": a.heads_q, "heads_kv": a.heads_kv, "seq_q": a.seq_q, "seq_k": a.seq_k or a.seq_q,
+        "head_dim": a.head_dim, "causal": a.causal, "window": a.window, "sink_tokens": a.sink_tokens,
+        "learned_sinks": a.learned_sinks, "dtype": a.dtype},
+        "method": f"CUDA events, {a.warmup} warm-up calls, {a.samples} samples, {L2_FLUSH_BYTES >> 20} MiB written "
+                  "before each sample (cold L2), median"}
+    q, k, v, s = make_inputs(a, requires_grad=False)
+    kw = call_kwargs(a)
+    res["explain"] = {"forward": flashtune.explain(q, k, v, sinks=s, **kw),
+                      "backward": flashtune.explain(q, k, v, sinks=s, backward=True, **kw)}
+    del q, k, v, s
+    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    res["timings"], (fwd, fwd_bwd, flops_fwd) = measure_main(a, flush)
+    res["host_overhead"] = measure_host(a)
+    if not a.no_first_launch:
+        res["first_launch"] = measure_first_launch(a)
+    if a.peers:
+        res["peers"] = measure_peers(a, fwd_bwd, flops_fwd)
+    print_table(res)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"\nwrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
