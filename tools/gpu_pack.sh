@@ -24,6 +24,8 @@ for b in .gpu/bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \//{print $1" "
       *) cp -L "$path" .gpu/bin/lib/ ;;
     esac
   done
+# The runtime library (python/flashtune loads it; FLASHTUNE_LIBRARY=.gpu/bin/lib/libflashtune_runtime.so).
+cp build/runtime/libflashtune_runtime.so .gpu/bin/lib/ && strip --strip-debug .gpu/bin/lib/libflashtune_runtime.so
 pwd > .gpu/source_dir.txt  # tests find experiments/ through this absolute path (FT_SOURCE_DIR)
 du -sh .gpu | awk '{print "packed .gpu/: " $1}'
 ls .gpu/bin/lib

@@ -36,6 +36,21 @@ for t in "$bin"/*_test; do
     fails=$((fails + 1)); echo "FAIL $name"; tail -40 "$out/$name.log"
   fi
 done | tee "$out/tests.txt"
+# The Python package's torch tests (python/tests/test_torch_gpu.py) over the packed runtime library and the test
+# export; named python_torch_gpu in FT_GPU_TESTS / FT_GPU_SKIP_TESTS like a binary.
+py=python_torch_gpu
+wanted=1
+case " ${FT_GPU_SKIP_TESTS:-} " in *" $py "*) wanted=0 ;; esac
+if [ -n "${FT_GPU_TESTS:-}" ]; then case " $FT_GPU_TESTS " in *" $py "*) ;; *) wanted=0 ;; esac; fi
+if [ "$wanted" = 1 ]; then
+  if (cd python && FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
+      FLASHTUNE_CONFIGS="$OLDPWD/tests/data/runtime_configs.json" PYTHONPATH="$OLDPWD/python" \
+      timeout "${FT_GPU_TEST_TIMEOUT:-400}" python3 -m unittest -v tests.test_torch_gpu) >"$out/$py.log" 2>&1; then
+    echo "PASS $py: $(tail -1 "$out/$py.log")"
+  else
+    echo "FAIL $py"; tail -60 "$out/$py.log"
+  fi | tee -a "$out/tests.txt"
+fi
 fails=$(grep -c '^FAIL' "$out/tests.txt" || true)
 db="$out/gpu.sqlite"
 [ -z "${OUT:-}" ] || db="$OUT/gpu.sqlite"  # trials land in $OUT as they are committed, even if the call is cut off

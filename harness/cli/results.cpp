@@ -13,6 +13,7 @@
 
 #include "db/store.hpp"
 #include "harness/core/types.hpp"
+#include "harness/kernels/attn_bwd_ways.hpp"
 
 namespace flashtune::cli {
 
@@ -280,16 +281,11 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
     const TrialRow* t = winner(f);
     return t && t->median_ms ? t : nullptr;
   };
-  const TrialRow* dsink = learned_sinks ? measured("attn_bwd_dsink") : nullptr;
+  const TrialRow* dsink = learned_sinks ? measured(kernels::attn_bwd::kDsinkStage) : nullptr;
   if (learned_sinks && !dsink) return std::nullopt;
   // The ways to get D, dK, dV and dQ; the fastest one whose stages were all measured is summed.
-  static const std::vector<std::vector<std::string>> kWays = {
-      {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"},
-      {"attn_bwd_preprocess", "attn_bwd_fused"},
-      {"attn_bwd_dq_delta", "attn_bwd_dkdv"},  // dQ and D first, then dK, dV from that D
-  };
   std::optional<BackwardSum> best;
-  for (const auto& way : kWays) {
+  for (const auto& way : kernels::attn_bwd::ways()) {
     BackwardSum sum;
     bool complete = true;
     for (const auto& f : way) {
@@ -306,10 +302,10 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
     if (dsink) {
       sum.ms += *dsink->median_ms;
       sum.peak_bytes = std::max(sum.peak_bytes, dsink->device_bytes);
-      sum.families.push_back("attn_bwd_dsink");
+      sum.families.push_back(kernels::attn_bwd::kDsinkStage);
     }
     sum.stages = sum.families.size();
-    sum.fused = way[1] == "attn_bwd_fused";
+    sum.fused = way.back() == kernels::attn_bwd::kFusedStage;
     if (!best || sum.ms < best->ms) best = std::move(sum);
   }
   return best;

@@ -16,7 +16,7 @@ namespace flashtune::cuda {
   X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDeviceGetUuid)     \
   X(cuDeviceTotalMem)                                                                                 \
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)                 \
-  X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize)                                           \
+  X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                          \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                                        \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute)                                                         \
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)      \

@@ -544,4 +544,12 @@ core::KernelResources parse_ptxas_report(std::string_view log, const std::string
   return result;
 }
 
+std::string first_error_line(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find("error") != std::string::npos) return line;
+  return log.substr(0, std::min<std::size_t>(log.size(), 200));
+}
+
 }  // namespace flashtune::jit

@@ -119,6 +119,9 @@ class Compiler {
 /// of these variables is set.
 std::optional<std::filesystem::path> default_cache_dir();
 
+/// The first line of an NVRTC log that says "error" (the one to show a person), else its first 200 characters.
+std::string first_error_line(const std::string& log);
+
 /// Resources of kernel `lowered_name` from a ptxas verbose report ("Used N registers, ... N bytes smem",
 /// "N bytes stack frame, N bytes spill stores, N bytes spill loads"), which may cover several kernels.
 /// constant_bytes sums the user constant banks (cmem[1..]). Empty `lowered_name`: the report's only kernel.

@@ -33,6 +33,7 @@
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/cost_model.hpp"
 #include "harness/kernels/family.hpp"
+#include "harness/kernels/launch.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/measure/watchdog.hpp"
 #include "harness/runner/runnable.hpp"
@@ -59,14 +60,6 @@ double seconds_since(Clock::time_point t0) {
 std::string host_name() {
   char buf[256] = {};
   return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
-}
-
-std::string first_error_line(const std::string& log) {
-  std::istringstream in(log);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.find("error") != std::string::npos) return line;
-  return log.substr(0, std::min<std::size_t>(log.size(), 200));
 }
 
 // NaN bit patterns for poisoning, as 32-bit words (two 16-bit NaNs for the half types).
@@ -617,34 +610,12 @@ class ExperimentRun {
     return req;
   }
 
-  // One launch of a loaded kernel on the problem's buffers, and the untimed work before it
-  // (KernelFamily::prepare; families that launch themselves only). `args` (filled here) must outlive the
-  // returned functions, and so must `config` and `problem`.
-  struct Launch {
-    std::function<void(CUstream)> run;
-    std::function<void(CUstream)> prepare;  ///< empty: nothing to do before a launch
-  };
+  // One launch of a loaded kernel on the problem's buffers, and the untimed work before it (kernels::bind_launch).
+  // `args` (filled here) must outlive the returned functions, and so must `config` and `problem`.
+  using Launch = kernels::BoundLaunch;
   Launch make_launch(const kernels::KernelFamily& family, const core::Config& config, const core::Problem& problem,
                      const kernels::LaunchShape& shape, CUfunction fn, const ProblemData& data, kernels::PackedArgs& args) const {
-    if (family.launches_itself()) {
-      kernels::LaunchEnv env;
-      env.function = fn;
-      env.shape = shape;
-      env.buffers = buffer_addresses(data);
-      return {[&family, env, &config, &problem](CUstream s) mutable {
-                env.stream = s;
-                family.launch(env, config, problem);
-              },
-              [&family, env, &config, &problem](CUstream s) mutable {
-                env.stream = s;
-                family.prepare(env, config, problem);
-              }};
-    }
-    args = kernels::pack_kernel_args(family.arguments(config, problem), buffer_addresses(data));
-    return {[fn, shape, &args](CUstream s) {
-              cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
-            },
-            {}};
+    return kernels::bind_launch(family, config, problem, shape, fn, buffer_addresses(data), args);
   }
 
   std::string describe(const core::TrialResult& r) const {
@@ -690,7 +661,7 @@ class ExperimentRun {
     }
     r.compile = compiled.record;
     if (!compiled.record.ok) {
-      r.status = TrialStatus::compile_failed, r.reason = first_error_line(compiled.record.log);
+      r.status = TrialStatus::compile_failed, r.reason = jit::first_error_line(compiled.record.log);
       return r;
     }
     if (auto why = resource_problem(compiled.record.resources, shape, m_limits)) {

@@ -1,0 +1,32 @@
+// harness/kernels/launch.cpp: bind_launch (launch.hpp).
+#include "harness/kernels/launch.hpp"
+
+#include "harness/cuda/module.hpp"
+
+namespace flashtune::kernels {
+
+BoundLaunch bind_launch(const KernelFamily& family, const core::Config& config, const core::Problem& problem,
+                        const LaunchShape& shape, CUfunction fn, const std::vector<std::uint64_t>& buffers,
+                        PackedArgs& args) {
+  if (family.launches_itself()) {
+    LaunchEnv env;
+    env.function = fn;
+    env.shape = shape;
+    env.buffers = buffers;
+    return {[&family, env, &config, &problem](CUstream s) mutable {
+              env.stream = s;
+              family.launch(env, config, problem);
+            },
+            [&family, env, &config, &problem](CUstream s) mutable {
+              env.stream = s;
+              family.prepare(env, config, problem);
+            }};
+  }
+  args = pack_kernel_args(family.arguments(config, problem), buffers);
+  return {[fn, shape, &args](CUstream s) {
+            cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, s, args.pointers.data());
+          },
+          {}};
+}
+
+}  // namespace flashtune::kernels

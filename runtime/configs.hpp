@@ -1,0 +1,51 @@
+// runtime/configs.hpp: the best configs of an export JSON (`flashtune export --format json`, schema 2) and its lookup
+// rule (cli/export.cpp kLookupRule): among the entries of one family and dtype, an equal problem wins, else the nearest
+// by sum |s(a) - s(b)| over dims, s(x) = sign(x) log2(|x| + 1); entries of the caller's GPU before any other GPU's.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "harness/core/types.hpp"
+
+namespace flashtune::runtime {
+
+/// One exported best config and the evidence it was chosen on.
+struct Entry {
+  std::string family, stage, gpu;
+  core::Problem problem;  ///< dims and dtype as tuned
+  core::Config config;
+  double median_ms = 0;   ///< [ms] its median on `problem` and `gpu`
+  std::size_t index = 0;  ///< position in the file (ties go to the earlier entry)
+};
+
+/// An entry ranked for a query problem.
+struct Candidate {
+  const Entry* entry = nullptr;
+  double distance = 0;    ///< 0: the exact problem
+  bool same_gpu = false;  ///< tuned on the GPU asked about (or no GPU was named)
+};
+
+class ConfigTable {
+ public:
+  /// Parses export JSON text; throws core::UserError naming `origin` and what is wrong.
+  static ConfigTable parse(const std::string& json_text, const std::string& origin);
+  /// Reads and parses `path`; throws core::UserError naming the file when it cannot be read or parsed.
+  static ConfigTable load(const std::filesystem::path& path);
+
+  const std::vector<Entry>& entries() const { return m_entries; }
+  /// The entries of `family` with the problem's dtype, best first: those of `gpu` ("" = any GPU counts as the
+  /// same) before the rest, each group by distance to `problem`, ties in file order. Empty: no such entry.
+  std::vector<Candidate> rank(const std::string& family, const core::Problem& problem, const std::string& gpu) const;
+
+  /// The rule's distance between two problems' dims (dtype apart).
+  static double distance(const core::Problem& a, const core::Problem& b);
+
+ private:
+  std::vector<Entry> m_entries;
+};
+
+}  // namespace flashtune::runtime
