@@ -1,5 +1,5 @@
 // harness/cuda/driver.cpp: dlopen of libcuda.so.1 and resolution of the entry points. cuGetProcAddress
-// (asked for the header's CUDA version, capped at the driver's) picks the right versioned symbol; dlsym of
+// (asked for the header's CUDA version, capped at the driver's and at 12.9: see load()) picks the right versioned symbol; dlsym of
 // the versioned name (cuMemAlloc_v2) is the fallback when it is absent or refuses a symbol.
 #include "harness/cuda/driver.hpp"
 
@@ -43,7 +43,12 @@ Loaded load() {
   }
   out.table.version = version;
   auto get_proc = reinterpret_cast<GetProcAddressV2>(dlsym(lib, "cuGetProcAddress_v2"));
-  const int ask_version = std::min(CUDA_VERSION, version);
+  // At most 12.9: CUDA 13.0 gave cuCtxGetDevice and cuCtxSynchronize a context argument under their old names in
+  // cuGetProcAddress (PFN_..._v13000), while cuda.h keeps the old prototypes (the new ones are named ..._v2). Asked
+  // for 13.0, the driver hands out the two-argument functions and a call through the old prototype passes a garbage
+  // context (seen: CUDA_ERROR_INVALID_CONTEXT, and crashes). Every other entry point used here has the same ABI at
+  // 12.9 as at 13.0. Revisit when one needs a 13.x-only version.
+  const int ask_version = std::min({CUDA_VERSION, version, 12090});
 
   auto resolve = [&](const char* base, const char* versioned) -> void* {
     void* fn = nullptr;

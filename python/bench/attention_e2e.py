@@ -170,11 +170,13 @@ def measure_main(a, flush):
 
 
 def measure_host(a):
-    """Host overhead on a tiny problem of the same dtype and mask kind (batch 1, heads 1 / 1, seq 128)."""
+    """Host overhead on a tiny problem of the same dtype, heads and mask kind (batch 1, seq 128): the heads are kept
+    so that configs tuned for the main shape (a GQA head packing) run it."""
     dt = DTYPES[a.dtype]
-    q = torch.randn(1, 1, 128, a.head_dim, device="cuda", dtype=dt)
-    k, v = torch.randn_like(q), torch.randn_like(q)
-    s = torch.zeros(1, device="cuda") if a.learned_sinks else None
+    q = torch.randn(1, a.heads_q, 128, a.head_dim, device="cuda", dtype=dt)
+    k = torch.randn(1, a.heads_kv, 128, a.head_dim, device="cuda", dtype=dt)
+    v = torch.randn_like(k)
+    s = torch.zeros(a.heads_q, device="cuda") if a.learned_sinks else None
     kw = call_kwargs(a)
     win = a.window or 0
     out = {}
@@ -185,15 +187,16 @@ def measure_host(a):
                                                         a.host_calls)
         # The bare binding: prebuilt structs and outputs, one ctypes call into the library per launch.
         rt = flashtune.default_runtime()
-        o, lse = torch.empty_like(q), torch.empty(1, 1, 128, device="cuda", dtype=torch.float32)
-        shape = _runtime.make_shape(1, 1, 1, 128, 128, a.head_dim, causal=a.causal, window=win,
+        o, lse = torch.empty_like(q), torch.empty(1, a.heads_q, 128, device="cuda", dtype=torch.float32)
+        shape = _runtime.make_shape(1, a.heads_q, a.heads_kv, 128, 128, a.head_dim, causal=a.causal, window=win,
                                     sink_tokens=a.sink_tokens, learned_sinks=s is not None, dtype=a.dtype)
         t = _runtime.ft_attn_tensors(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
                                      lse=lse.data_ptr(), sinks=0 if s is None else s.data_ptr())
         stream = torch.cuda.current_stream().cuda_stream
         out["Runtime.forward (ctypes only)"] = time_host(lambda: rt.forward(shape, t, stream), a.host_calls)
         out["F.scaled_dot_product_attention (orientation)"] = time_host(
-            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal), a.host_calls)
+            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, enable_gqa=a.heads_q != a.heads_kv),
+            a.host_calls)
     qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
     out["flashtune.attention (requires_grad)"] = time_host(lambda: flashtune.attention(qg, kg, vg, sinks=s, **kw),
                                                            a.host_calls)
