@@ -62,6 +62,8 @@ struct Stage {
   std::optional<jit::CompileOutput> compiled;
   std::unique_ptr<cuda::Module> module;  // loaded in the plan's context
   CUfunction fn = nullptr;
+  kernels::CachedLaunch launch;          // the last call's packed arguments (under Runtime::m_mutex)
+  std::vector<std::uint64_t> buffers;    // this call's addresses, per spec (under Runtime::m_mutex)
 };
 
 // A pass of one shape on one device: its stages in launch order and their workspace.
@@ -283,7 +285,7 @@ Plan& Runtime::plan_for(DeviceState& dev, Pass pass, const ft_attn_shape& s) {
 void Runtime::run(Pass pass, const ft_attn_shape& shape, const ft_attn_tensors& t, void* stream_ptr,
                   std::uint64_t workspace, std::size_t workspace_bytes) {
   const auto stream = static_cast<CUstream>(stream_ptr);
-  std::unique_lock lock(m_mutex);
+  std::lock_guard lock(m_mutex);
   Plan& plan = plan_for(current_device(), pass, shape);
   CUdeviceptr base = workspace;
   if (workspace) {
@@ -298,9 +300,10 @@ void Runtime::run(Pass pass, const ft_attn_shape& shape, const ft_attn_tensors& 
     }
     base = plan.own.ptr();
   }
-  lock.unlock();  // a plan, once made, is never changed or removed
-  for (const auto& st : plan.stages) {
-    std::vector<std::uint64_t> buffers(st.specs.size());
+  // Launched under the lock: a stage's cached arguments are shared by the threads that call this shape.
+  for (auto& st : plan.stages) {
+    auto& buffers = st.buffers;
+    buffers.resize(st.specs.size());
     for (std::size_t i = 0; i < st.specs.size(); ++i) {
       if (st.tensor[i] < 0) {
         buffers[i] = base + st.ws_offset[i];
@@ -312,10 +315,7 @@ void Runtime::run(Pass pass, const ft_attn_shape& shape, const ft_attn_tensors& 
                                                 kTensorNames[std::size_t(st.tensor[i])] + "' is NULL" +
                                                 (st.tensor[i] == kSinksTensor ? " (learned_sinks is 1)" : ""));
     }
-    kernels::PackedArgs args;
-    const auto launch = kernels::bind_launch(*st.family, st.config, plan.problem, st.shape, st.fn, buffers, args);
-    if (launch.prepare) launch.prepare(stream);
-    launch.run(stream);
+    st.launch.run(*st.family, st.config, plan.problem, st.shape, st.fn, buffers, stream);
   }
 }
 

@@ -29,4 +29,23 @@ BoundLaunch bind_launch(const KernelFamily& family, const core::Config& config, 
           {}};
 }
 
+void CachedLaunch::run(const KernelFamily& family, const core::Config& config, const core::Problem& problem,
+                       const LaunchShape& shape, CUfunction fn, const std::vector<std::uint64_t>& buffers,
+                       CUstream stream) {
+  if (family.launches_itself()) {
+    PackedArgs unused;
+    const auto l = bind_launch(family, config, problem, shape, fn, buffers, unused);
+    l.prepare(stream);
+    l.run(stream);
+    return;
+  }
+  if (!m_valid || buffers != m_buffers) {
+    m_valid = false;
+    m_args = pack_kernel_args(family.arguments(config, problem), buffers);
+    m_buffers = buffers;
+    m_valid = true;
+  }
+  cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream, m_args.pointers.data());
+}
+
 }  // namespace flashtune::kernels

@@ -27,4 +27,19 @@ BoundLaunch bind_launch(const KernelFamily& family, const core::Config& config, 
                         const LaunchShape& shape, CUfunction fn, const std::vector<std::uint64_t>& buffers,
                         PackedArgs& args);
 
+/// bind_launch() for a caller that launches one config again and again (runtime/): the packed arguments are kept and
+/// rebuilt only when a buffer's address changes (a family that launches itself rebuilds its LaunchEnv each time, as
+/// it packs its own arguments). Not thread safe: one per (config, problem), used under the caller's lock.
+class CachedLaunch {
+ public:
+  /// Enqueues prepare (if any) and the launch on `stream`; `family`, `config` and `problem` as for bind_launch.
+  void run(const KernelFamily& family, const core::Config& config, const core::Problem& problem, const LaunchShape& shape,
+           CUfunction fn, const std::vector<std::uint64_t>& buffers, CUstream stream);
+
+ private:
+  std::vector<std::uint64_t> m_buffers;
+  PackedArgs m_args;
+  bool m_valid = false;
+};
+
 }  // namespace flashtune::kernels

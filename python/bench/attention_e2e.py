@@ -218,6 +218,10 @@ v = torch.randn_like(k, requires_grad=True)
 s = torch.zeros(a["heads_q"], device="cuda", requires_grad=True) if a["learned_sinks"] else None
 torch.cuda.synchronize()
 t_inputs = time.perf_counter()
+import flashtune.ops  # the custom ops' registration
+t_ops = time.perf_counter()
+flashtune.default_runtime()  # the config file read, the templates indexed
+t_rt = time.perf_counter()
 o = flashtune.attention(q, k, v, sinks=s, causal=a["causal"], window=a["window"] or None,
                         sink_tokens=a["sink_tokens"])
 torch.cuda.synchronize()
@@ -227,7 +231,8 @@ o.backward(torch.ones_like(o))
 torch.cuda.synchronize()
 t_bwd = time.perf_counter()
 print(json.dumps({"import_torch_s": t_torch - t0, "import_flashtune_s": t_ft - t_torch,
-                  "inputs_and_cuda_init_s": t_inputs - t_ft, "first_forward_s": t_fwd - t_inputs,
+                  "inputs_and_cuda_init_s": t_inputs - t_ft, "import_ops_s": t_ops - t_inputs,
+                  "runtime_s": t_rt - t_ops, "first_forward_s": t_fwd - t_rt,
                   "first_backward_s": t_bwd - t_fwd, "wall_first_forward_done": wall_first_launch}))
 """
 
@@ -315,7 +320,8 @@ def print_table(res):
             continue
         print(f"\nfirst launch, {label}: process start -> first forward done {r['process_start_to_first_forward_done_s']:.2f} s "
               f"(import torch {r['import_torch_s']:.2f}, import flashtune {r['import_flashtune_s']:.3f}, inputs + CUDA "
-              f"init {r['inputs_and_cuda_init_s']:.2f}, first forward {r['first_forward_s']:.2f}, first backward "
+              f"init {r['inputs_and_cuda_init_s']:.2f}, import flashtune.ops {r['import_ops_s']:.2f}, runtime "
+              f"{r['runtime_s']:.3f}, first forward {r['first_forward_s']:.2f}, first backward "
               f"{r['first_backward_s']:.2f})")
     if peers:
         print(f"\npeers from {peers['file']}: " + "; ".join(f"{k}: {v}" for k, v in peers["sections"].items()))

@@ -71,15 +71,24 @@ def _shape(b, hq, hkv, sq, sk, d, causal, window, sink_tokens, learned, dtype):
     return s
 
 
+try:  # the raw CUstream of a device's current stream without building a torch.cuda.Stream (what inductor calls)
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - older or newer torch without it
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
 def _launch(backward, device, shape, tensors):
     """Runs the runtime's forward / backward on torch's current stream of `device`, with `device` current."""
     rt = default_runtime()
     call = rt.backward if backward else rt.forward
-    if device.index is None or device.index == torch.cuda.current_device():
-        call(shape, tensors, torch.cuda.current_stream(device).cuda_stream)
+    current = torch.cuda.current_device()
+    index = current if device.index is None else device.index
+    if index == current:
+        call(shape, tensors, _raw_stream(index))
     else:
-        with torch.cuda.device(device):
-            call(shape, tensors, torch.cuda.current_stream(device).cuda_stream)
+        with torch.cuda.device(index):
+            call(shape, tensors, _raw_stream(index))
 
 
 def _require_contiguous(**tensors):
@@ -95,13 +104,8 @@ def _require_contiguous(**tensors):
 # ---------------------------------------------------------------------------------------------------------------
 # The custom ops
 
-@torch.library.custom_op("flashtune::attn_fwd", mutates_args=(), device_types="cuda")
-def attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: Optional[torch.Tensor], causal: bool,
-             window: int, sink_tokens: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """o (like q) and lse (fp32 (batch, heads_q, seq_q), natural log) of softmax(q k^T / sqrt(head_dim)) v.
-    Contiguous (batch, heads, seq, head_dim) inputs; sinks None or fp32 (heads_q,). lse is not differentiable:
-    its incoming gradient is ignored (flashtune.attention returns it detached)."""
-    _require_contiguous(q=q, k=k, v=v, sinks=sinks)
+def _fwd_impl(q, k, v, sinks, causal, window, sink_tokens):
+    """The forward launch behind both paths (the custom op, and eager autograd.Function): o and lse."""
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     o = torch.empty((b, hq, sq, d), dtype=q.dtype, device=q.device)
@@ -115,19 +119,8 @@ def attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: Optional[
     return o, lse
 
 
-@attn_fwd.register_fake
-def _attn_fwd_fake(q, k, v, sinks, causal, window, sink_tokens):
-    b, hq, sq, d = q.shape
-    return q.new_empty((b, hq, sq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
-
-
-@torch.library.custom_op("flashtune::attn_bwd", mutates_args=(), device_types="cuda")
-def attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-             lse: torch.Tensor, sinks: Optional[torch.Tensor], causal: bool, window: int,
-             sink_tokens: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv (like q, k, v) and dsinks (fp32 (heads_q,); an empty (0,) tensor without sinks) of attn_fwd,
-    from its saved o and lse and the output gradient dout. All inputs contiguous."""
-    _require_contiguous(dout=dout, q=q, k=k, v=v, o=o, lse=lse, sinks=sinks)
+def _bwd_impl(dout, q, k, v, o, lse, sinks, causal, window, sink_tokens):
+    """The backward launch behind both paths: dq, dk, dv and dsinks ((0,) without sinks)."""
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -143,6 +136,32 @@ def attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
                         dsinks=0 if sinks is None else dsinks.data_ptr())
     _launch(True, q.device, shape, t)
     return dq, dk, dv, dsinks
+
+
+@torch.library.custom_op("flashtune::attn_fwd", mutates_args=(), device_types="cuda")
+def attn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: Optional[torch.Tensor], causal: bool,
+             window: int, sink_tokens: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """o (like q) and lse (fp32 (batch, heads_q, seq_q), natural log) of softmax(q k^T / sqrt(head_dim)) v.
+    Contiguous (batch, heads, seq, head_dim) inputs; sinks None or fp32 (heads_q,). lse is not differentiable:
+    its incoming gradient is ignored (flashtune.attention returns it detached)."""
+    _require_contiguous(q=q, k=k, v=v, sinks=sinks)
+    return _fwd_impl(q, k, v, sinks, causal, window, sink_tokens)
+
+
+@attn_fwd.register_fake
+def _attn_fwd_fake(q, k, v, sinks, causal, window, sink_tokens):
+    b, hq, sq, d = q.shape
+    return q.new_empty((b, hq, sq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashtune::attn_bwd", mutates_args=(), device_types="cuda")
+def attn_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+             lse: torch.Tensor, sinks: Optional[torch.Tensor], causal: bool, window: int,
+             sink_tokens: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (like q, k, v) and dsinks (fp32 (heads_q,); an empty (0,) tensor without sinks) of attn_fwd,
+    from its saved o and lse and the output gradient dout. All inputs contiguous."""
+    _require_contiguous(dout=dout, q=q, k=k, v=v, o=o, lse=lse, sinks=sinks)
+    return _bwd_impl(dout, q, k, v, o, lse, sinks, causal, window, sink_tokens)
 
 
 @attn_bwd.register_fake
@@ -169,6 +188,25 @@ def _backward(ctx, grad_o, grad_lse):
 
 
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Attention(torch.autograd.Function):
+    """The eager path: the same launches as the custom ops without torch.library's dispatch (tens of us per call,
+    and an import of torch._dynamo on the first), which attention() takes unless torch.compile is tracing."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, causal, window, sink_tokens):
+        o, lse = _fwd_impl(q, k, v, sinks, causal, window, sink_tokens)
+        ctx.save_for_backward(q, k, v, o, lse, sinks)
+        ctx.mask = (causal, window, sink_tokens)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        q, k, v, o, lse, sinks = ctx.saved_tensors
+        dq, dk, dv, dsinks = _bwd_impl(grad_o.contiguous(), q, k, v, o, lse, sinks, *ctx.mask)
+        return dq, dk, dv, (dsinks if sinks is not None else None), None, None, None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -262,7 +300,14 @@ def attention(q, k, v, *, causal=False, window=None, sink_tokens=0, sinks=None, 
         v = v.contiguous()
     if sinks is not None and (sinks.dtype != torch.float32 or not sinks.is_contiguous()):
         sinks = sinks.to(torch.float32).contiguous()
-    o, lse = attn_fwd(q, k, v, sinks, bool(causal), window, sink_tokens)
+    causal = bool(causal)
+    if torch.compiler.is_compiling():  # traced: the custom op, one node with its fake and autograd
+        o, lse = attn_fwd(q, k, v, sinks, causal, window, sink_tokens)
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                      (sinks is not None and sinks.requires_grad)):
+        o, lse = _Attention.apply(q, k, v, sinks, causal, window, sink_tokens)
+    else:
+        o, lse = _fwd_impl(q, k, v, sinks, causal, window, sink_tokens)
     return (o, lse.detach()) if return_lse else o
 
 
