@@ -218,6 +218,10 @@ v = torch.randn_like(k, requires_grad=True)
 s = torch.zeros(a["heads_q"], device="cuda", requires_grad=True) if a["learned_sinks"] else None
 torch.cuda.synchronize()
 t_inputs = time.perf_counter()
+w = torch.ones(8, device="cuda", requires_grad=True)  # torch's own first backward (its engine's device thread)
+(w * 2).sum().backward()
+torch.cuda.synchronize()
+t_torch_bwd = time.perf_counter()
 import flashtune.ops  # the custom ops' registration
 t_ops = time.perf_counter()
 flashtune.default_runtime()  # the config file read, the templates indexed
@@ -227,13 +231,17 @@ o = flashtune.attention(q, k, v, sinks=s, causal=a["causal"], window=a["window"]
 torch.cuda.synchronize()
 t_fwd = time.perf_counter()
 wall_first_launch = time.time()
+flashtune.explain(q, k, v, sinks=s, causal=a["causal"], window=a["window"] or None, sink_tokens=a["sink_tokens"],
+                  backward=True)  # the backward's plan: configs chosen, CUBINs compiled or read, modules loaded
+t_plan = time.perf_counter()
 o.backward(torch.ones_like(o))
 torch.cuda.synchronize()
 t_bwd = time.perf_counter()
 print(json.dumps({"import_torch_s": t_torch - t0, "import_flashtune_s": t_ft - t_torch,
-                  "inputs_and_cuda_init_s": t_inputs - t_ft, "import_ops_s": t_ops - t_inputs,
+                  "inputs_and_cuda_init_s": t_inputs - t_ft, "torch_first_backward_s": t_torch_bwd - t_inputs,
+                  "import_ops_s": t_ops - t_torch_bwd, "backward_plan_s": t_plan - t_fwd,
                   "runtime_s": t_rt - t_ops, "first_forward_s": t_fwd - t_rt,
-                  "first_backward_s": t_bwd - t_fwd, "wall_first_forward_done": wall_first_launch}))
+                  "first_backward_s": t_bwd - t_plan, "wall_first_forward_done": wall_first_launch}))
 """
 
 
@@ -321,7 +329,8 @@ def print_table(res):
         print(f"\nfirst launch, {label}: process start -> first forward done {r['process_start_to_first_forward_done_s']:.2f} s "
               f"(import torch {r['import_torch_s']:.2f}, import flashtune {r['import_flashtune_s']:.3f}, inputs + CUDA "
               f"init {r['inputs_and_cuda_init_s']:.2f}, import flashtune.ops {r['import_ops_s']:.2f}, runtime "
-              f"{r['runtime_s']:.3f}, first forward {r['first_forward_s']:.2f}, first backward "
+              f"{r['runtime_s']:.3f}, first forward {r['first_forward_s']:.3f}, torch's first backward "
+              f"{r['torch_first_backward_s']:.2f}, backward plan {r['backward_plan_s']:.3f}, first backward "
               f"{r['first_backward_s']:.2f})")
     if peers:
         print(f"\npeers from {peers['file']}: " + "; ".join(f"{k}: {v}" for k, v in peers["sections"].items()))
