@@ -222,6 +222,16 @@ w = torch.ones(8, device="cuda", requires_grad=True)  # torch's own first backwa
 (w * 2).sum().backward()
 torch.cuda.synchronize()
 t_torch_bwd = time.perf_counter()
+class _Twice(torch.autograd.Function):  # torch's first backward through any custom autograd.Function
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+_Twice.apply(w).sum().backward()
+torch.cuda.synchronize()
+t_function_bwd = time.perf_counter()
 import flashtune.ops  # the custom ops' registration
 t_ops = time.perf_counter()
 flashtune.default_runtime()  # the config file read, the templates indexed
@@ -239,7 +249,8 @@ torch.cuda.synchronize()
 t_bwd = time.perf_counter()
 print(json.dumps({"import_torch_s": t_torch - t0, "import_flashtune_s": t_ft - t_torch,
                   "inputs_and_cuda_init_s": t_inputs - t_ft, "torch_first_backward_s": t_torch_bwd - t_inputs,
-                  "import_ops_s": t_ops - t_torch_bwd, "backward_plan_s": t_plan - t_fwd,
+                  "torch_first_function_backward_s": t_function_bwd - t_torch_bwd,
+                  "import_ops_s": t_ops - t_function_bwd, "backward_plan_s": t_plan - t_fwd,
                   "runtime_s": t_rt - t_ops, "first_forward_s": t_fwd - t_rt,
                   "first_backward_s": t_bwd - t_plan, "wall_first_forward_done": wall_first_launch}))
 """
@@ -330,7 +341,8 @@ def print_table(res):
               f"(import torch {r['import_torch_s']:.2f}, import flashtune {r['import_flashtune_s']:.3f}, inputs + CUDA "
               f"init {r['inputs_and_cuda_init_s']:.2f}, import flashtune.ops {r['import_ops_s']:.2f}, runtime "
               f"{r['runtime_s']:.3f}, first forward {r['first_forward_s']:.3f}, torch's first backward "
-              f"{r['torch_first_backward_s']:.2f}, backward plan {r['backward_plan_s']:.3f}, first backward "
+              f"{r['torch_first_backward_s']:.2f}, torch's first autograd.Function backward "
+              f"{r['torch_first_function_backward_s']:.2f}, backward plan {r['backward_plan_s']:.3f}, first backward "
               f"{r['first_backward_s']:.2f})")
     if peers:
         print(f"\npeers from {peers['file']}: " + "; ".join(f"{k}: {v}" for k, v in peers["sections"].items()))
