@@ -244,6 +244,19 @@ wall_first_launch = time.time()
 flashtune.explain(q, k, v, sinks=s, causal=a["causal"], window=a["window"] or None, sink_tokens=a["sink_tokens"],
                   backward=True)  # the backward's plan: configs chosen, CUBINs compiled or read, modules loaded
 t_plan = time.perf_counter()
+from flashtune import ops as _ops  # the backward's launches called directly on this thread, twice, before autograd's
+_o, _lse = _ops._fwd_impl(q.detach(), k.detach(), v.detach(), None if s is None else s.detach(), bool(a["causal"]),
+                          a["window"] or 0, a["sink_tokens"])
+direct = []
+for _ in range(2):
+    torch.cuda.synchronize()
+    t_d = time.perf_counter()
+    _ops._bwd_impl(torch.ones_like(_o), q.detach(), k.detach(), v.detach(), _o, _lse, None if s is None else s.detach(),
+                   bool(a["causal"]), a["window"] or 0, a["sink_tokens"])
+    torch.cuda.synchronize()
+    direct.append(time.perf_counter() - t_d)
+t_plan = time.perf_counter()
+mods_before = set(sys.modules)
 o.backward(torch.ones_like(o))
 torch.cuda.synchronize()
 t_bwd = time.perf_counter()
@@ -252,7 +265,8 @@ print(json.dumps({"import_torch_s": t_torch - t0, "import_flashtune_s": t_ft - t
                   "torch_first_function_backward_s": t_function_bwd - t_torch_bwd,
                   "import_ops_s": t_ops - t_function_bwd, "backward_plan_s": t_plan - t_fwd,
                   "runtime_s": t_rt - t_ops, "first_forward_s": t_fwd - t_rt,
-                  "first_backward_s": t_bwd - t_plan, "wall_first_forward_done": wall_first_launch}))
+                  "direct_backward_s": direct, "first_backward_s": t_bwd - t_plan,
+                  "imported_by_first_backward": sorted(set(sys.modules) - mods_before)[:12] + [len(set(sys.modules) - mods_before)], "wall_first_forward_done": wall_first_launch}))
 """
 
 
@@ -343,7 +357,8 @@ def print_table(res):
               f"{r['runtime_s']:.3f}, first forward {r['first_forward_s']:.3f}, torch's first backward "
               f"{r['torch_first_backward_s']:.2f}, torch's first autograd.Function backward "
               f"{r['torch_first_function_backward_s']:.2f}, backward plan {r['backward_plan_s']:.3f}, first backward "
-              f"{r['first_backward_s']:.2f})")
+              f"{r['first_backward_s']:.2f}; direct backward launches before it {r['direct_backward_s']}; modules the "
+              f"first backward imported {r['imported_by_first_backward']})")
     if peers:
         print(f"\npeers from {peers['file']}: " + "; ".join(f"{k}: {v}" for k, v in peers["sections"].items()))
         for row in peers["rows"]:
