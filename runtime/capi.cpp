@@ -83,6 +83,7 @@ int ft_runtime_create(const char* configs_path, const char* cache_dir, ft_runtim
     } catch (const flashtune::core::Error& e) {
       throw flashtune::runtime::RuntimeError(FT_ERR_CONFIGS, e.what());
     }
+    table.add_builtin_fallbacks();  // ranked after every entry of the file: the last resort, named in explain
     std::optional<std::filesystem::path> cache;
     if (!cache_dir) cache = flashtune::jit::default_cache_dir();
     else if (*cache_dir) cache = cache_dir;

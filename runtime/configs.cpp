@@ -75,6 +75,45 @@ ConfigTable ConfigTable::load(const std::filesystem::path& path) {
   return parse(s.str(), path.string());
 }
 
+void ConfigTable::add_builtin_fallbacks() {
+  // Configs checked on an H100 (tests/runtime, docs/NOTES.md session 25); can_run and the family's constraints still
+  // decide per shape. mma.sync kernels only, so they also run on sm_80.
+  struct Fallback {
+    const char* family;
+    const char* config;
+    std::vector<core::DType> dtypes;
+  };
+  using core::DType;
+  const std::vector<DType> all = {DType::f16, DType::bf16, DType::f32}, half = {DType::f16, DType::bf16};
+  const std::vector<Fallback> fallbacks = {
+      {"attn_fwd", "block_m=64,block_n=64,epilogue=1,exp_poly=1,min_blocks=1,mma=80,mma_pipe=1,mma_sched=1,"
+                   "num_stages=2,num_warps=4,pack_heads=1,persistent=1,rescale=1", all},
+      {"attn_bwd_preprocess", "block_m=128,num_warps=4", all},
+      {"attn_bwd_dkdv", "block_m=64,block_n=64,item_split=1,min_blocks=1,mma=80,num_stages=2,num_warps=4,sink_split=1", all},
+      // head_dim 128, where 64 x 64 needs ~272 registers: 16-row tiles (238 registers bf16, 254 fp32, no spills)
+      {"attn_bwd_dkdv", "block_m=16,block_n=64,item_split=1,min_blocks=1,mma=80,num_stages=2,num_warps=4,sink_split=1", all},
+      {"attn_bwd_dq", "block_m=64,block_n=64,min_blocks=1,num_stages=2,num_warps=4,pack_heads=1", all},
+      {"attn_bwd_dsink", "num_warps=8", all},
+  };
+  for (const auto& f : fallbacks)
+    for (DType d : f.dtypes) {
+      Entry e;
+      e.family = f.family;
+      e.problem.dtype = d;
+      std::string key = f.config;
+      for (std::size_t start = 0; start < key.size();) {
+        const std::size_t comma = std::min(key.find(',', start), key.size());
+        const std::string item = key.substr(start, comma - start);
+        const std::size_t eq = item.find('=');
+        e.config.values[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
+        start = comma + 1;
+      }
+      e.index = m_entries.size();
+      e.builtin = true;
+      m_entries.push_back(std::move(e));
+    }
+}
+
 double ConfigTable::distance(const core::Problem& a, const core::Problem& b) {
   std::set<std::string> names;
   for (const auto& [k, v] : a.dims) names.insert(k);
@@ -91,6 +130,7 @@ std::vector<Candidate> ConfigTable::rank(const std::string& family, const core::
     if (e.family == family && e.problem.dtype == problem.dtype)
       out.push_back({&e, distance(e.problem, problem), gpu.empty() || e.gpu == gpu});
   std::stable_sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {
+    if (x.entry->builtin != y.entry->builtin) return y.entry->builtin;
     if (x.same_gpu != y.same_gpu) return x.same_gpu;
     return x.distance < y.distance;
   });

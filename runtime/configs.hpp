@@ -20,6 +20,7 @@ struct Entry {
   core::Config config;
   double median_ms = 0;   ///< [ms] its median on `problem` and `gpu`
   std::size_t index = 0;  ///< position in the file (ties go to the earlier entry)
+  bool builtin = false;   ///< one of the runtime's untuned fallbacks (add_builtin_fallbacks), not from the file
 };
 
 /// An entry ranked for a query problem.
@@ -37,8 +38,12 @@ class ConfigTable {
   static ConfigTable load(const std::filesystem::path& path);
 
   const std::vector<Entry>& entries() const { return m_entries; }
-  /// The entries of `family` with the problem's dtype, best first: those of `gpu` ("" = any GPU counts as the
-  /// same) before the rest, each group by distance to `problem`, ties in file order. Empty: no such entry.
+  /// Appends the runtime's untuned fallback configs (valid on sm_80 and newer for head_dim 16-128 where can_run
+  /// allows): the last resort for a shape no tuned entry can run, ranked after every entry of the file.
+  void add_builtin_fallbacks();
+  /// The entries of `family` with the problem's dtype, best first: the file's before the built-in fallbacks, those
+  /// of `gpu` ("" = any GPU counts as the same) before the rest, each group by distance to `problem`, ties in file
+  /// order. Empty: no such entry.
   std::vector<Candidate> rank(const std::string& family, const core::Problem& problem, const std::string& gpu) const;
 
   /// The rule's distance between two problems' dims (dtype apart).

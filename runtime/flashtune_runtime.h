@@ -1,7 +1,9 @@
 /* runtime/flashtune_runtime.h: the C ABI of libflashtune_runtime.so, flashtune's tuned attention kernels for other
  * projects (issue 22). Given the best configs `flashtune export --format json` wrote, it picks a config per stage for
  * a shape by the export's lookup rule (same family, dtype and GPU; exact problem, else the nearest; entries of other
- * GPUs only when this GPU has none), compiles it with NVRTC once per process (the on-disk CUBIN cache makes a second
+ * GPUs only when this GPU has none; an entry counts only where the family's constraints and the device allow its
+ * config on this shape; when none does, the runtime's built-in untuned configs, which explain marks "untuned"),
+ * compiles it with NVRTC once per process (the on-disk CUBIN cache makes a second
  * process start warm) and launches it on the caller's stream with the caller's device pointers.
  *
  * Contracts:
@@ -46,7 +48,7 @@ extern "C" {
 enum ft_status {
   FT_OK = 0,
   FT_ERR_ARGUMENT = 1,   /* a NULL or malformed argument, an impossible shape */
-  FT_ERR_NO_CONFIG = 2,  /* the config file has no entry for this family / dtype (tune it), or none that runs here */
+  FT_ERR_NO_CONFIG = 2,  /* neither the config file nor the built-in fallbacks have a config that runs this shape */
   FT_ERR_CONFIGS = 3,    /* the config file could not be read or parsed */
   FT_ERR_COMPILE = 4,    /* NVRTC failed on a chosen config */
   FT_ERR_CUDA = 5,       /* no driver / GPU, or a driver call failed (launch, allocation) */
@@ -97,7 +99,7 @@ FT_API int ft_attention_workspace_bytes(ft_runtime* rt, const ft_attn_shape* sha
  * chosen among every GPU's entries and compiled, never launched): JSON text {"gpu" (null without one), "arch",
  * "pass": "forward" | "backward", "problem" (key string), "workspace_bytes", "way": [family...], "passed_over": [the
  * backward's other ways, each with its summed medians or why it cannot run], "stages": [{"family", "config" (key
- * string "block_m=64,..."), "tuned_problem" (key string), "tuned_gpu", "exact", "distance", "median_ms" (as tuned),
+ * string "block_m=64,..."), "tuned_problem" (key string), "tuned_gpu", "untuned" (a built-in fallback), "exact", "distance", "median_ms" (as tuned),
  * "compile": {"ok", "cache_hit", "registers", "spill_bytes", "compile_ms"}}]}. Written to `buf` (NUL-terminated) when
  * it fits in `len` bytes; `*needed` (may be NULL) gets the size with the NUL. FT_ERR_BUFFER when it does not fit. */
 FT_API int ft_attention_explain(ft_runtime* rt, const ft_attn_shape* shape, int backward, const char* arch, char* buf,

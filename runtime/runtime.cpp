@@ -136,6 +136,9 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
       why = name + ": " + *bad;
       return std::nullopt;
     }
+    auto cs = m_constraints.find(name);
+    if (cs == m_constraints.end())
+      cs = m_constraints.emplace(name, tuner::ConstraintSet(family.constraints(), family.constraint_variables())).first;
     const auto ranked = m_table.rank(name, problem, gpu);
     if (ranked.empty()) {
       why = name + ": no " + std::string(core::to_string(problem.dtype)) + " entry (tune it)";
@@ -145,7 +148,10 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
     for (const auto& c : ranked) {
       std::optional<std::string> no;
       try {
-        no = family.can_run(c.entry->config, problem, limits);
+        // A config tuned on another problem, or a fallback: the family's own constraints first (what the tuner pruned
+        // by), then what the device allows.
+        if (auto bad = cs->second.violated(c.entry->config, problem)) no = "constraint " + *bad;
+        else no = family.can_run(c.entry->config, problem, limits);
       } catch (const core::Error& e) {
         no = e.what();
       }
@@ -176,7 +182,7 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
   } else {
     // The fastest complete way: entries of this GPU first, then the nearest tuned problems (the farthest stage of a way
     // counts), then the summed medians.
-    using Score = std::tuple<bool, double, double>;
+    using Score = std::tuple<bool, bool, double, double>;  // built-in fallback used, another GPU's, distance, ms
     std::optional<Score> best;
     std::string whys, best_text;
     auto way_name = [](const std::vector<std::string>& way) {
@@ -187,7 +193,7 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
     for (auto way : kernels::attn_bwd::ways()) {
       if (sinks) way.push_back(kernels::attn_bwd::kDsinkStage);
       std::vector<Stage> stages;
-      Score score{false, 0.0, 0.0};
+      Score score{false, false, 0.0, 0.0};
       for (const auto& name : way) {
         std::string why;
         auto s = pick(name, why);
@@ -197,14 +203,16 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
           stages.clear();
           break;
         }
-        std::get<0>(score) = std::get<0>(score) || !s->pick.same_gpu;
-        std::get<1>(score) = std::max(std::get<1>(score), s->pick.distance);
-        std::get<2>(score) += s->pick.entry->median_ms;
+        std::get<0>(score) = std::get<0>(score) || s->pick.entry->builtin;
+        std::get<1>(score) = std::get<1>(score) || !s->pick.same_gpu;
+        std::get<2>(score) = std::max(std::get<2>(score), s->pick.distance);
+        std::get<3>(score) += s->pick.entry->median_ms;
         stages.push_back(std::move(*s));
       }
       if (stages.empty()) continue;
-      const std::string taken = way_name(way) + ": " + std::to_string(std::get<2>(score)) + " ms summed at distance " +
-                                std::to_string(std::get<1>(score)) + (std::get<0>(score) ? " (another GPU's entries)" : "");
+      const std::string taken = way_name(way) + ": " + std::to_string(std::get<3>(score)) + " ms summed at distance " +
+                                std::to_string(std::get<2>(score)) + (std::get<1>(score) ? " (another GPU's entries)" : "") +
+                                (std::get<0>(score) ? " (built-in untuned fallbacks)" : "");
       if (!best || score < *best) {
         if (best) plan->passed_over.push_back(best_text);
         best = score, best_text = taken, plan->stages = std::move(stages);
@@ -361,6 +369,7 @@ std::string Runtime::explain(Pass pass, const ft_attn_shape& shape, const std::s
                            {"config", st.config.key()},
                            {"tuned_problem", e.problem.key()},
                            {"tuned_gpu", e.gpu},
+                           {"untuned", e.builtin},
                            {"exact", st.pick.distance == 0},
                            {"distance", st.pick.distance},
                            {"median_ms", e.median_ms},

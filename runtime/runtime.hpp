@@ -16,6 +16,7 @@
 #include "harness/core/types.hpp"
 #include "harness/jit/compiler.hpp"
 #include "runtime/configs.hpp"
+#include "tuner/constraint.hpp"
 #include "runtime/flashtune_runtime.h"
 
 namespace flashtune::cuda {
@@ -72,6 +73,7 @@ class Runtime {
   jit::Compiler m_compiler;
   std::vector<jit::TemplateFile> m_headers;        // every embedded template, for NVRTC's include table
   std::map<std::string, std::string> m_sources;    // template file -> text
+  std::map<std::string, tuner::ConstraintSet> m_constraints;  // each family's own, by name (built on first use)
   std::mutex m_mutex;
   std::unique_ptr<cuda::Context> m_primary;        // retained when a call found no current context
   std::map<void*, std::unique_ptr<DeviceState>> m_devices;  // by CUcontext

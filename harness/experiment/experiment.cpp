@@ -479,7 +479,7 @@ Study read_study(const Ctx& ctx, const YAML::Node& node, const std::string& path
   }
 
   // Constraints: the family's (a family bug if they fail, still reported here), then the study's.
-  const auto vars = constraint_variables(fam);
+  const auto vars = fam.constraint_variables();
   for (const auto& c : fam.constraints()) {
     try {
       tuner::ConstraintSet({c}, vars);
@@ -566,18 +566,9 @@ std::vector<std::string> FamilyCatalog::names() const {
   return out;
 }
 
-std::vector<std::string> constraint_variables(const kernels::KernelFamily& family) {
-  std::vector<std::string> vars;
-  for (const auto& t : family.tunables()) vars.push_back(t.name);
-  for (const auto& d : family.problem_dims()) vars.push_back(d);
-  for (const auto& o : family.optional_problem_dims()) vars.push_back(o.name);
-  vars.push_back("dtype_bytes");
-  return vars;
-}
-
 tuner::ConstraintSet constraint_set(const Study& study) {
   if (!study.kernel) throw core::Error("study of family '" + study.family + "' has no kernel family");
-  return tuner::ConstraintSet(study.constraints, constraint_variables(*study.kernel));
+  return tuner::ConstraintSet(study.constraints, study.kernel->constraint_variables());
 }
 
 std::vector<core::Config> candidates(const Study& study, const core::Problem& problem) {

@@ -108,8 +108,6 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& dis
 /// Reads `path` and parses it; an unreadable file is a core::UserError too.
 Experiment load_experiment(const std::filesystem::path& path, const FamilyCatalog& catalog = builtin_catalog());
 
-/// Variables a constraint of `family` may use: its tunables, its problem dims, then dtype_bytes.
-std::vector<std::string> constraint_variables(const kernels::KernelFamily& family);
 /// The study's constraints, ready to evaluate.
 tuner::ConstraintSet constraint_set(const Study& study);
 /// The configs of the study's space that satisfy its constraints on `problem`, in enumeration order.

@@ -191,6 +191,16 @@ class KernelFamily {
   /// Always-on constraints between tunables and problem dims, as expressions (muparser syntax, names
   /// of tunables and problem dims as variables; nonzero = allowed).
   virtual std::vector<std::string> constraints() const = 0;
+  /// Variables a constraint of this family may use: its tunables, its problem dims (required, then optional), then
+  /// dtype_bytes (bytes per element of the problem's dtype).
+  std::vector<std::string> constraint_variables() const {
+    std::vector<std::string> vars;
+    for (const auto& t : tunables()) vars.push_back(t.name);
+    for (const auto& d : problem_dims()) vars.push_back(d);
+    for (const auto& o : optional_problem_dims()) vars.push_back(o.name);
+    vars.push_back("dtype_bytes");
+    return vars;
+  }
 
   /// nullopt when the problem is well formed for this family, else why not (a user error).
   virtual std::optional<std::string> check_problem(const core::Problem& p) const = 0;

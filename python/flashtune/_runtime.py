@@ -28,7 +28,7 @@ FT_RUNTIME_ABI_VERSION = 1
 # enum ft_status
 FT_OK = 0
 FT_ERR_ARGUMENT = 1   # a NULL or malformed argument, an impossible shape
-FT_ERR_NO_CONFIG = 2  # the config file has no entry for this family / dtype, or none that runs here
+FT_ERR_NO_CONFIG = 2  # neither the config file nor the built-in fallbacks have a config that runs this shape
 FT_ERR_CONFIGS = 3    # the config file could not be read or parsed
 FT_ERR_COMPILE = 4    # NVRTC failed on a chosen config
 FT_ERR_CUDA = 5       # no driver / GPU, or a driver call failed (launch, allocation)

@@ -220,10 +220,15 @@ class RuntimeCpuTest(unittest.TestCase):
         self.assert_error(rt.FT_ERR_CONFIGS, lambda: flashtune.Runtime(path, ""), path)
 
     def test_family_with_no_entry(self):
-        # The file holds bf16 attn_fwd entries only: an fp16 forward and any backward have none.
-        self.assert_error(rt.FT_ERR_NO_CONFIG, lambda: self.rt.explain(dict(SHAPE_A, dtype="f16"), arch=ARCH),
-                          "attn_fwd")
-        self.assert_error(rt.FT_ERR_NO_CONFIG, lambda: self.rt.explain(SHAPE_A, backward=True, arch=ARCH))
+        # The file holds bf16 attn_fwd entries only: an fp16 forward and the backward take the runtime's built-in
+        # untuned fallbacks, and say so; a shape no fallback runs (fp32 head_dim 256 backward) has no config.
+        f16 = self.rt.explain(dict(SHAPE_A, dtype="f16"), arch=ARCH)
+        self.assertEqual([st["untuned"] for st in f16["stages"]], [True])
+        bwd = self.rt.explain(SHAPE_A, backward=True, arch=ARCH)
+        self.assertTrue(bwd["stages"] and all(st["untuned"] for st in bwd["stages"]), bwd)
+        self.assertFalse(self.rt.explain(SHAPE_A, arch=ARCH)["stages"][0]["untuned"])  # the file's own entry
+        self.assert_error(rt.FT_ERR_NO_CONFIG, lambda: self.rt.explain(dict(SHAPE_A, head_dim=256, dtype="f32"),
+                                                                       backward=True, arch=ARCH), "no complete way")
 
     def test_heads_not_a_multiple(self):
         shape = dict(SHAPE_A, heads_q=6, heads_kv=4)

@@ -161,6 +161,23 @@ TEST_F(RuntimeGpu, EveryShapeKindPassesTheReference) {
   ft_runtime_destroy(rt);
 }
 
+TEST_F(RuntimeGpu, BuiltInFallbacksAlonePassTheReference) {
+  // An empty export: every stage runs the runtime's untuned fallbacks (head_dim 128's dK / dV included).
+  ft_runtime* rt = testing::make_runtime(testing::edited_configs("empty_gpu.json", [](nlohmann::json&) { return false; }));
+  ASSERT_NE(rt, nullptr);
+  using testing::shape;
+  const std::vector<ft_attn_shape> shapes = {shape(1, 8, 2, 256, 256, 64, FT_BF16, 1, 128, 0, 1),
+                                             shape(1, 4, 4, 192, 192, 128, FT_BF16, 1),
+                                             shape(1, 4, 1, 200, 333, 16, FT_F16, 1),
+                                             shape(1, 2, 2, 130, 130, 128, FT_F32, 0)};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(problem_of(shapes[i]).key());
+    const auto e = check_step(rt, shapes[i], 900 + 10 * i);
+    for (const auto& st : e["stages"]) EXPECT_EQ(st["untuned"], true) << e;
+  }
+  ft_runtime_destroy(rt);
+}
+
 TEST_F(RuntimeGpu, EachBackwardWayPassesTheReference) {
   const auto s = testing::shape(2, 8, 2, 384, 384, 64, FT_BF16, 1, 128, 0, 1);
   for (const std::string cheap : {"attn_bwd_dq", "attn_bwd_dq_delta", "attn_bwd_fused"}) {

@@ -119,9 +119,10 @@ TEST(RuntimeCApi, ExplainChoosesExactEntriesAndCompilesForSm90a) {
   auto b = explain(rt, gstar, true, "sm_90a");
   EXPECT_EQ(b["way"], nlohmann::json({"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"}));
   EXPECT_GT(b["workspace_bytes"].get<std::size_t>(), 0u);  // D at least
-  // The fused way cannot run at head_dim 16 (mma 91 needs a multiple of 64): said, not hidden.
+  // The fused way cannot run at head_dim 16 (mma 91's constraint head_dim % 64 == 0): said, not hidden.
   ASSERT_EQ(b["passed_over"].size(), 2u);
-  EXPECT_NE(b["passed_over"][0].get<std::string>().find("head_dim must be a multiple of 64"), std::string::npos) << b;
+  EXPECT_NE(b["passed_over"][0].get<std::string>().find("constraint head_dim % 64 == 0"), std::string::npos) << b;
+  for (const auto& st : b["stages"]) EXPECT_EQ(st["untuned"], false);
   // GPT-OSS's shape, never tuned: the nearest entries (bf16, window, learned sinks) and d(sinks) after the way.
   auto g = explain(rt, shape(4, 64, 8, 4096, 4096, 64, FT_BF16, 1, 128, 0, 1), true, "sm_90a");
   EXPECT_EQ(g["way"], nlohmann::json({"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq", "attn_bwd_dsink"}));
@@ -145,13 +146,34 @@ TEST(RuntimeCApi, TheFastestCompleteWayWins) {
   EXPECT_EQ(explain(rt, s, true, "sm_90a")["way"],
             nlohmann::json({"attn_bwd_dq_delta", "attn_bwd_dkdv", "attn_bwd_dsink"}));
   ft_runtime_destroy(rt);
-  // Without any dsink entry the backward of a learned-sinks shape has no complete way, and says what is missing.
+  // Without any dsink entry the backward of a learned-sinks shape takes the built-in fallback for that stage, and says
+  // so; the tuned stages are still the file's.
   const auto no_dsink = testing::edited_configs("no_dsink.json", [](nlohmann::json& e) { return e["family"] != "attn_bwd_dsink"; });
   rt = make_runtime(no_dsink);
   ASSERT_NE(rt, nullptr);
+  const auto b = explain(rt, s, true, "sm_90a");
+  ASSERT_EQ(b["stages"].size(), 4u) << b;
+  EXPECT_EQ(b["stages"][3]["family"], "attn_bwd_dsink");
+  EXPECT_EQ(b["stages"][3]["untuned"], true);
+  EXPECT_EQ(b["stages"][0]["untuned"], false);
+  ft_runtime_destroy(rt);
+  // With an empty file every stage is a fallback; a shape none of them can run (fp32 head_dim 256: no backward kernel
+  // takes it) has no complete way, and the error names each stage's reason.
+  const auto empty = testing::edited_configs("empty.json", [](nlohmann::json&) { return false; });
+  rt = make_runtime(empty);
+  ASSERT_NE(rt, nullptr);
+  for (const auto& d : {testing::shape(1, 4, 4, 256, 256, 128, FT_BF16, 1), testing::shape(1, 4, 1, 200, 333, 16, FT_F16, 1),
+                        testing::shape(1, 4, 2, 130, 130, 64, FT_F32, 0, 0, 0, 1)}) {
+    const auto e = explain(rt, d, true, "sm_90a");
+    ASSERT_FALSE(e["stages"].empty()) << e;
+    for (const auto& st : e["stages"]) EXPECT_EQ(st["untuned"], true) << e;
+    EXPECT_EQ(explain(rt, d, false, "sm_90a")["stages"][0]["untuned"], true);
+  }
+  const auto d256 = testing::shape(1, 4, 4, 256, 256, 256, FT_F32);
   std::string buf(4096, '\0');
-  EXPECT_EQ(ft_attention_explain(rt, &s, 1, "sm_90a", buf.data(), buf.size(), nullptr), FT_ERR_NO_CONFIG);
-  EXPECT_NE(std::string(ft_last_error()).find("attn_bwd_dsink: no bf16 entry (tune it)"), std::string::npos) << ft_last_error();
+  EXPECT_EQ(ft_attention_explain(rt, &d256, 1, "sm_90a", buf.data(), buf.size(), nullptr), FT_ERR_NO_CONFIG);
+  EXPECT_NE(std::string(ft_last_error()).find("no complete way (attn_bwd_preprocess: head_dim 256 not supported"),
+            std::string::npos) << ft_last_error();
   ft_runtime_destroy(rt);
 }
 
