@@ -58,6 +58,15 @@ flashtune::runtime::Pass pass_of(int backward) {
   return backward ? flashtune::runtime::Pass::backward : flashtune::runtime::Pass::forward;
 }
 
+// ft_attention_forward / ft_attention_backward: the arguments checked, then Runtime::run of that pass.
+int run_pass(int backward, ft_runtime* rt, const ft_attn_shape* shape, const ft_attn_tensors* t, void* stream,
+             void* workspace, size_t workspace_bytes) {
+  return guarded([&] {
+    need(rt, "runtime"), need(shape, "shape"), need(t, "tensors");
+    rt->impl.run(pass_of(backward), *shape, *t, stream, reinterpret_cast<std::uintptr_t>(workspace), workspace_bytes);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -95,20 +104,12 @@ void ft_runtime_destroy(ft_runtime* rt) { delete rt; }
 
 int ft_attention_forward(ft_runtime* rt, const ft_attn_shape* shape, const ft_attn_tensors* t, void* stream,
                          void* workspace, size_t workspace_bytes) {
-  return guarded([&] {
-    need(rt, "runtime"), need(shape, "shape"), need(t, "tensors");
-    rt->impl.run(flashtune::runtime::Pass::forward, *shape, *t, stream, reinterpret_cast<std::uintptr_t>(workspace),
-                 workspace_bytes);
-  });
+  return run_pass(0, rt, shape, t, stream, workspace, workspace_bytes);
 }
 
 int ft_attention_backward(ft_runtime* rt, const ft_attn_shape* shape, const ft_attn_tensors* t, void* stream,
                           void* workspace, size_t workspace_bytes) {
-  return guarded([&] {
-    need(rt, "runtime"), need(shape, "shape"), need(t, "tensors");
-    rt->impl.run(flashtune::runtime::Pass::backward, *shape, *t, stream, reinterpret_cast<std::uintptr_t>(workspace),
-                 workspace_bytes);
-  });
+  return run_pass(1, rt, shape, t, stream, workspace, workspace_bytes);
 }
 
 int ft_attention_workspace_bytes(ft_runtime* rt, const ft_attn_shape* shape, int backward, size_t* bytes) {
