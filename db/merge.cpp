@@ -1,5 +1,6 @@
 // db/merge.cpp: merging databases (flashtune db merge): Store::check_merge_source refuses what cannot be merged
-// before anything is written, Store::merge_from copies a source's runs, problems, configs, compiles and trials.
+// before anything is written, Store::merge_from copies a source's runs, problems, configs, compiles, trials, warm
+// starts and peer measurements.
 #include <array>
 #include <filesystem>
 #include <map>
@@ -210,6 +211,22 @@ MergeCounts Store::merge_from(const std::filesystem::path& source) {
        " WHERE NOT EXISTS (SELECT 1 FROM main.warm_starts m WHERE m.run_id = mr.id AND m.family = w.family"
        "   AND m.stage = w.stage AND m.problem_key = w.problem_key) ORDER BY w.id")
       .run();
+  // Peer measurements (v6), linked to the merged runs and problems; one per (run, peer, pass, problem, device).
+  {
+    std::vector<std::string> peer_cols;
+    for (const auto& c : columns_of(db, "main", "peer_trials"))
+      if (c != "id" && c != "run_id" && c != "problem_id") peer_cols.push_back(c);
+    Stmt(db,
+         "INSERT INTO main.peer_trials (run_id, problem_id, " + join(peer_cols) + ") SELECT mr.id, mp.id, " +
+             join(peer_cols, "t.") +
+             " FROM src.peer_trials t JOIN src.runs sr ON sr.id = t.run_id JOIN main.runs mr ON mr.uid = sr.uid"
+             " JOIN src.problems sp ON sp.id = t.problem_id"
+             " JOIN main.problems mp ON mp.family = sp.family AND mp.key = sp.key"
+             " WHERE NOT EXISTS (SELECT 1 FROM main.peer_trials m WHERE m.run_id = mr.id AND m.peer = t.peer"
+             "   AND m.pass = t.pass AND m.problem_id = mp.id AND m.device_key = t.device_key) ORDER BY t.id")
+        .run();
+    n.peer_trials_added = sqlite3_changes(db);
+  }
   tx.commit();
   return n;
 }

@@ -1,4 +1,4 @@
--- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 5), documented.
+-- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 6), documented.
 -- This file is documentation and a check: a database is built by applying db/migrations/NNN_*.sql in
 -- order (Store does this on open, in one transaction), and tests/db/store_test.cpp checks that the
 -- migrated tables, columns and indexes equal those made by running this file. Edit both together.
@@ -153,3 +153,41 @@ CREATE TABLE warm_starts (
   created_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))  -- [UTC]
 );
 CREATE INDEX warm_starts_by_run ON warm_starts (run_id);
+
+-- (v6) A peer (another library's attention) measured by `flashtune peers` on an experiment's attention problem, with
+-- flashtune's timing method (warm-up, L2 flush per sample, events, median) and validated by the same pass rule on a
+-- sample of (batch, kv head) groups. Its own table, never read by resume, best, export or warm start: a peer can
+-- never become an exported config. Shown beside flashtune's best by `query peers`, grade, report and the course CSV.
+CREATE TABLE peer_trials (
+  id              INTEGER PRIMARY KEY,
+  run_id          INTEGER NOT NULL REFERENCES runs (id),  -- the `flashtune peers` run (its gpu and device_key)
+  experiment_name TEXT    NOT NULL,      -- the experiment whose problems were measured
+  peer            TEXT    NOT NULL,      -- sdpa_flash | sdpa_cudnn | sdpa_efficient | flex | fa4
+  library         TEXT    NOT NULL DEFAULT '',  -- what ran, with versions: "torch 2.11.0+cu130 cuDNN 91900"
+  pass            TEXT    NOT NULL,      -- fwd (O from Q, K, V) | bwd (dQ, dK, dV [, dsinks] from one saved forward)
+  problem_id      INTEGER NOT NULL REFERENCES problems (id),  -- the attention problem, family 'attn_fwd'
+  device_key      TEXT    NOT NULL,      -- as trials.device_key (GPU name): compared only with trials of the same
+  status          TEXT    NOT NULL,      -- ok | unsupported | wrong_result | error
+  reason          TEXT    NOT NULL DEFAULT '',  -- why it is not ok ('' when ok)
+  seed            INTEGER NOT NULL DEFAULT 0,   -- input RNG seed (torch's)
+  median_ms       REAL,                  -- [ms] as trials; NULL when not measured
+  iqr_ms          REAL,                  -- [ms]
+  min_ms          REAL,                  -- [ms]
+  max_ms          REAL,                  -- [ms]
+  mean_ms         REAL,                  -- [ms]
+  rel_stdev       REAL,                  -- stdev / mean of the samples
+  converged       INTEGER,               -- 1: noise target reached before the budget ran out
+  cold            INTEGER,               -- 1: L2 flushed before each sample
+  n_samples       INTEGER,
+  samples_json    TEXT,                  -- [ms] every sample in order, JSON array
+  tflops          REAL,                  -- [TFLOP/s] visible-pair FLOPs (DESIGN.md; bwd 2.5x fwd) / median time
+  max_abs_err     REAL,                  -- of the worst-checked output (checked_output) against the float64 reference
+  max_rel_err     REAL,
+  naive_err       REAL,                  -- max |naive same precision - ref64|
+  tolerance       REAL,                  -- 2 * naive_err + atol
+  nan_count       INTEGER,               -- NaN or Inf elements in the peer's output
+  checked_output  TEXT    NOT NULL DEFAULT '',  -- o | dq | dk | dv | dsinks: the output the error numbers are of
+  device_bytes    INTEGER,               -- [bytes] device memory the timed call allocated beyond its inputs
+  created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))  -- [UTC]
+);
+CREATE INDEX peer_trials_by_run ON peer_trials (run_id);

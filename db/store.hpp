@@ -49,6 +49,35 @@ struct TrialRecord {
   core::TrialResult result;
 };
 
+// One measurement of a peer (another library's attention) by `flashtune peers` (db/schema.sql peer_trials).
+struct PeerRecord {
+  std::int64_t run_id = 0;  ///< from begin_run; must name an existing run
+  std::string experiment_name;
+  std::string peer;         ///< sdpa_flash | sdpa_cudnn | sdpa_efficient | flex | fa4 (any [a-z0-9_]+ name)
+  std::string library;      ///< what ran, with versions
+  std::string pass;         ///< "fwd" | "bwd"
+  core::Problem problem;    ///< the attention problem; stored under family attn_fwd
+  std::string device_key;   ///< as TrialRecord's (the GPU name)
+  std::string status;       ///< "ok" | "unsupported" | "wrong_result" | "error"
+  std::string reason;       ///< why not ok ("" when ok)
+  std::uint64_t seed = 0;
+  std::optional<core::Timing> timing;
+  std::optional<core::Validation> validation;  ///< of checked_output, the output with the worst error ratio
+  std::string checked_output;                  ///< "o" | "dq" | "dk" | "dv" | "dsinks" | ""
+  std::optional<double> tflops;                ///< [TFLOP/s] visible-pair FLOPs / median
+  std::optional<std::int64_t> device_bytes;    ///< [bytes] allocated by the timed call
+};
+
+// A recorded peer measurement with its run's GPU, typed (read by Store::peer_trials; nothing is parsed back).
+struct PeerRow {
+  std::int64_t id = 0, run_id = 0;
+  std::string experiment, gpu, device_key, peer, library, pass, problem /* key */, status, reason;
+  std::optional<double> median_ms, rel_stdev, tflops, max_abs_err, tolerance;  // [ms] [TFLOP/s]
+  std::int64_t n_samples = 0;
+  std::optional<std::int64_t> device_bytes;  ///< [bytes]
+  bool measured() const { return status == "ok" && median_ms.has_value(); }
+};
+
 // A query's result as text, ready to print as a table, CSV or JSON. SQL NULL becomes "".
 /// The problem a problems.json value describes ({"dims": {...}, "dtype": "bf16"}, as Store writes it). Throws
 /// core::Error naming what is wrong when the text is not such an object.
@@ -84,6 +113,7 @@ struct MergeCounts {
   std::int64_t runs_added = 0, runs_known = 0;      ///< runs, by uid
   std::int64_t trials_added = 0, trials_known = 0;  ///< trials, by the resume key
   std::int64_t compiles_added = 0;                  ///< compiles, by cache key
+  std::int64_t peer_trials_added = 0;               ///< peer measurements, by (run, peer, pass, problem)
 };
 
 // The database at one path. Opening it read-write (Access) creates the parent folders and the file, checks
@@ -145,6 +175,12 @@ class Store {
   /// Inserts the trial, its problem and config (upserts) and its compile (linked), in one transaction;
   /// committed when it returns. The compile's NVRTC version is taken from the run. Returns the trial id.
   std::int64_t record_trial(const TrialRecord& trial);
+
+  /// Inserts a peer measurement (and its problem, upserted under family attn_fwd), committed when it returns.
+  /// Throws core::Error for a pass other than fwd / bwd or a status other than those PeerRecord names.
+  std::int64_t record_peer_trial(const PeerRecord& rec);
+  /// Peer measurements of one run (0: of every run) in id order, typed.
+  std::vector<PeerRow> peer_trials(std::int64_t run_id = 0) const;
 
   /// The latest trial recorded for this resume key (arguments as find_trial), or nullopt when none: its
   /// status, reason, timing (every sample included; nullopt when not measured), GB/s and TFLOP/s, so a

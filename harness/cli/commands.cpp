@@ -24,6 +24,7 @@
 #include "db/store.hpp"
 #include "harness/cli/export.hpp"
 #include "harness/cli/grade.hpp"
+#include "harness/cli/peers.hpp"
 #include "harness/cli/report.hpp"
 #include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
@@ -51,11 +52,13 @@ commands:
   run EXPERIMENT.yaml   tune and measure the experiment's kernels, record every trial
   devices               list the GPUs the driver sees (and why none, if none)
   kernels [FAMILY]      list kernel families (operations), their tunables, constraints and variants
-  query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | sql
+  query WHAT            runs | trials RUN | best | compare A B | convergence RUN | config | problem | backward |
+                        peers | sql
   export                best configs per problem and GPU (JSON, CSV, C++ header); the course's CSVs
   report RUN|EXP --out DIR   PNG plots (gnuplot) and an HTML page of a run or an experiment
   grade                 the GStar grader's report (pass/fail per test case, benchmark vs naive) from the db
   db merge A B ... -o C merge databases (shards, machines) without duplicating runs or trials
+  peers EXPERIMENT.yaml measure PyTorch SDPA, FlexAttention, FlashAttention-4 on its attention problems (Python)
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
 
@@ -445,7 +448,7 @@ int cmd_query(const std::vector<std::string>& args) {
   std::string what, db, format, family;
   std::vector<std::string> rest;
   opts.add_options()
-      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | backward | sql")
+      ("what", po::value(&what)->required(), "runs | trials | best | compare | convergence | config | problem | backward | peers | sql")
       ("arg", po::value(&rest)->multitoken(), "run id(s), FAMILY and a config or problem key, or a SELECT statement")
       ("db", po::value(&db)->default_value(kDefaultDb), "SQLite database")
       ("family", po::value(&family), "best: only this kernel family")
@@ -456,6 +459,7 @@ int cmd_query(const std::vector<std::string>& args) {
   if (!parse(args, opts, pos, vm,
              "flashtune query runs | trials RUN | best | compare RUN_A RUN_B | convergence RUN |\n"
              "                      config FAMILY CONFIG_KEY | problem FAMILY PROBLEM_KEY | backward [EXPERIMENT] |\n"
+             "                      peers [EXPERIMENT] |\n"
              "                      sql \"SELECT ...\" [options]",
              "  flashtune query runs\n  flashtune query trials 3 --format csv\n  flashtune query best --family softmax\n"
              "  flashtune query compare 3 5            # run 5 against run 3, config by config, within noise\n"
@@ -463,11 +467,15 @@ int cmd_query(const std::vector<std::string>& args) {
              "  flashtune query config attn_fwd block_m=64,block_n=64,num_stages=2,num_warps=4\n"
              "  flashtune query problem softmax cols=4096,rows=16384,dtype=f32\n"
              "  flashtune query backward gpt_oss_backward   # forward, backward stages, sum, TFLOP/s\n"
+             "  flashtune query peers gpt_oss_step     # each peer's time beside flashtune's best (flashtune peers)\n"
              "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
              "backward: the end-to-end score of a tuned backward per problem and GPU: the sum of the winners of\n"
              "the fastest of attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess + attn_bwd_fused\n"
              "and attn_bwd_dq_delta + attn_bwd_dkdv (and attn_bwd_dsink with learned sinks), the attn_fwd winner\n"
              "beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
+             "peers: per problem, GPU, pass and peer, the peer's latest measurement (flashtune peers) beside\n"
+             "flashtune's best there (fwd: the attn_fwd winner; bwd: the backward's stage sum as in 'backward');\n"
+             "speedup = peer_ms / flashtune_ms (> 1: flashtune is faster).\n"
              "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
              "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
              "to stderr with --format csv|json.\n"))
@@ -520,10 +528,18 @@ int cmd_query(const std::vector<std::string>& args) {
                             "attn_bwd_fused in place of dkdv + dq, or attn_bwd_dq_delta in place of preprocess + dq; and "
                             "attn_bwd_dsink with learned sinks)");
     print_table(std::cout, t, f);
+  } else if (what == "peers") {
+    if (rest.size() > 1) throw core::UserError("query peers takes at most one experiment name");
+    auto peers = store.peer_trials();
+    if (!arg.empty()) std::erase_if(peers, [&](const db::PeerRow& p) { return p.experiment != arg; });
+    if (peers.empty())
+      throw core::UserError("query peers: no peer measurements" + (arg.empty() ? "" : " of experiment '" + arg + "'") +
+                            " (flashtune peers EXPERIMENT.yaml records them)");
+    print_table(std::cout, peers_table(load_trials(store), peers), f);
   } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
     print_table(std::cout, to_table(store.sql(arg)), f);
-  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, backward, sql)");
+  } else throw core::UserError("unknown query '" + what + "' (runs, trials, best, compare, convergence, config, problem, backward, peers, sql)");
   return 0;
 }
 
@@ -556,7 +572,7 @@ int cmd_export(const std::vector<std::string>& args) {
   else if (format == "csv") text = export_csv(best);
   else if (format == "header") text = export_header(best, db);
   else if (format == "course-softmax-matmul") text = course_softmax_matmul_csv(trials);
-  else text = course_attention_csv(trials);
+  else text = course_attention_csv(trials, store.peer_trials());
   if (out.empty() && course)
     out = format == "course-attention" ? "outputs/csv/attention_benchmark.csv" : "outputs/softmax_matmul_benchmark.csv";
   if (out.empty()) std::cout << text;
@@ -587,7 +603,7 @@ int cmd_grade(const std::vector<std::string>& args) {
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db, db::Store::Access::read_only);
   int failed = 0;
-  std::cout << gstar_report(load_trials(store, run), &failed);
+  std::cout << gstar_report(load_trials(store, run), &failed, store.peer_trials());
   return failed > 0 ? 1 : 0;  // like a test runner: a failed case fails the command
 }
 
@@ -641,6 +657,7 @@ int cmd_report(const std::vector<std::string>& args) {
   ro.title = title;
   ro.gnuplot = gnuplot;
   ro.progress = vm.count("quiet") == 0;
+  ro.peers = store.peer_trials();
   write_report(trials, strategies_of_run(trials), ro);
   return 0;
 }
@@ -678,7 +695,7 @@ int cmd_db(const std::vector<std::string>& args) {
     for (const auto& in : inputs) {
       const auto n = store.merge_from(in);
       std::cout << in << ": " << n.runs_added << " runs and " << n.trials_added << " trials added, "
-                << n.compiles_added << " compiles; " << n.runs_known << " runs and " << n.trials_known
+                << n.compiles_added << " compiles, " << n.peer_trials_added << " peer measurements; " << n.runs_known << " runs and " << n.trials_known
                 << " trials were there already\n";
     }
   } catch (...) {
@@ -714,6 +731,7 @@ int run_cli(int argc, char** argv) {
     if (cmd == "grade") return cmd_grade(args);
     if (cmd == "report") return cmd_report(args);
     if (cmd == "replay") return cmd_replay(args);
+    if (cmd == "peers") return cmd_peers(args, command_line);
     if (cmd == "db") return cmd_db(args);
     std::cerr << "flashtune: unknown command '" << cmd << "'\n\n" << kUsage;
     return 2;

@@ -1,4 +1,4 @@
-// harness/cli/commands.hpp: the flashtune subcommands (run, devices, kernels, query, export, replay).
+// harness/cli/commands.hpp: the flashtune subcommands (run, devices, kernels, query, export, replay; peers in peers.hpp).
 #pragma once
 
 #include <string>

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/cli/peers.hpp"
 #include "harness/cli/table.hpp"
 
 namespace flashtune::cli {
@@ -245,7 +246,23 @@ std::string course_softmax_matmul_csv(const std::vector<TrialRow>& trials) {
   return csv_text(out);
 }
 
-std::string course_attention_csv(const std::vector<TrialRow>& trials) {
+namespace {
+
+// The course CSV's implementation name: "<prefix>_<dtype>[_tf32][_gqa][_window<W>][_sinks][_causal]".
+std::string course_impl(const std::string& prefix, const std::map<std::string, std::int64_t>& d, const std::string& dtype) {
+  auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
+  std::string impl = prefix + "_" + dtype;
+  if (at("tf32", 0)) impl += "_tf32";
+  if (at("heads_kv", at("heads_q", 1)) < at("heads_q", 1)) impl += "_gqa";
+  if (at("window", 0) > 0) impl += "_window" + std::to_string(at("window", 0));
+  if (at("sink_tokens", 0) > 0 || at("learned_sinks", 0)) impl += "_sinks";
+  if (at("causal", 0)) impl += "_causal";
+  return impl;
+}
+
+}  // namespace
+
+std::string course_attention_csv(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers) {
   struct Group {
     std::optional<TrialRow> best;
     std::string failure;  // status of a failed trial when none was measured
@@ -285,12 +302,7 @@ std::string course_attention_csv(const std::vector<TrialRow>& trials) {
     // also keeps the probabilities (fp32, batch x heads x seq_q x seq_k).
     double saved = (2.0 * b * hq * sq * hd + 2.0 * b * hkv * sk * hd) * esize + 4.0 * b * hq * sq;
     if (family == "attn_naive") saved += 4.0 * b * hq * sq * sk;
-    std::string impl = "flashtune_" + family + "_" + dtype;
-    if (at("tf32", 0)) impl += "_tf32";
-    if (hkv < hq) impl += "_gqa";
-    if (at("window", 0) > 0) impl += "_window" + std::to_string(at("window", 0));
-    if (at("sink_tokens", 0) > 0 || at("learned_sinks", 0)) impl += "_sinks";
-    if (at("causal", 0)) impl += "_causal";
+    const std::string impl = course_impl("flashtune_" + family, d, dtype);
     std::vector<std::string> r{impl, std::to_string(hq * hd), std::to_string(sq), "", "", "", "",
                                mib(static_cast<std::int64_t>(saved)), g.best ? "ok" : g.failure, gpu};
     if (g.best) {
@@ -307,6 +319,34 @@ std::string course_attention_csv(const std::vector<TrialRow>& trials) {
         r[6] = mib(sum->peak_bytes);
       }
     }
+    out.rows.push_back(std::move(r));
+  }
+  // Peers (flashtune peers): one row per (peer, problem, gpu), its forward and backward times; the status is ok when
+  // a pass was measured, else the first pass's status (unsupported, wrong_result, error). Saved activations are the
+  // peer's own business: left empty.
+  std::map<std::tuple<std::string, std::string, std::string>, std::pair<const db::PeerRow*, const db::PeerRow*>> by_peer;
+  const auto latest = latest_peers(peers);
+  for (const auto& p : latest) {
+    auto& slot = by_peer[{p.peer, p.problem, p.gpu}];
+    (p.pass == "fwd" ? slot.first : slot.second) = &p;
+  }
+  for (const auto& [key, fb] : by_peer) {
+    const auto& [peer, problem, gpu] = key;
+    std::string dtype;
+    const auto d = parse_dims(problem, &dtype);
+    auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
+    const auto [pf, pb] = fb;
+    const bool any = (pf && pf->measured()) || (pb && pb->measured());
+    std::vector<std::string> r{course_impl("peer_" + peer, d, dtype), std::to_string(at("heads_q", 1) * at("head_dim", 0)),
+                               std::to_string(at("seq_q", 0)), "", "", "", "", "",
+                               any ? "ok" : (pf ? pf->status : pb->status), gpu};
+    auto fill = [&](const db::PeerRow* p, std::size_t ms_col) {
+      if (!p || !p->measured()) return;
+      r[ms_col] = num(p->median_ms, 6);
+      if (p->device_bytes) r[ms_col + 1] = mib(*p->device_bytes);
+    };
+    fill(pf, 3);
+    fill(pb, 5);
     out.rows.push_back(std::move(r));
   }
   std::stable_sort(out.rows.begin(), out.rows.end(), [](const auto& x, const auto& y) {

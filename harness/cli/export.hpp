@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "db/store.hpp"
 #include "harness/cli/results.hpp"
 
 namespace flashtune::cli {
@@ -25,7 +26,8 @@ std::string export_header(const std::vector<TrialRow>& best, const std::string& 
 /// default x_range (the course's benchmark).
 std::string course_softmax_matmul_csv(const std::vector<TrialRow>& trials);
 /// outputs/csv/attention_benchmark.csv of the course (part 3): implementation, d_model, seq_len,
-/// forward_ms, forward_peak_MiB, backward_ms, backward_peak_MiB, saved_activations_MiB, status, gpu.
-std::string course_attention_csv(const std::vector<TrialRow>& trials);
+/// forward_ms, forward_peak_MiB, backward_ms, backward_peak_MiB, saved_activations_MiB, status, gpu. Peers
+/// (`flashtune peers`, the latest per problem, GPU, pass and peer) join as rows "peer_<peer>_<dtype>...".
+std::string course_attention_csv(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers = {});
 
 }  // namespace flashtune::cli

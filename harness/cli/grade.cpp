@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "harness/cli/peers.hpp"
 
 namespace flashtune::cli {
 
@@ -101,9 +104,29 @@ int verdict(const std::vector<const TrialRow*>& ts, const TrialRow** bad) {
 
 // Stages 8 and 9 in the optional grader's words: per case, the forward and each gradient, then the
 // tuned forward, backward (the sum of its stage winners) and forward + backward.
+using PeersByCase = std::map<std::pair<std::string, std::string>, std::vector<db::PeerRow>>;  // (problem, gpu)
+
+// The forward peers' lines of a benchmark table and what flashtune's `ours_ms` is against each: the
+// measured ones as rows (row(name, ms, bytes)), then one line per peer: "x faster" or why it has no time.
+void peer_lines(const std::vector<db::PeerRow>* peers, const std::string& who, double ours_ms,
+                const std::function<void(const std::string&, double, std::int64_t)>& row, std::ostringstream& verdicts) {
+  if (!peers) return;
+  for (const auto& p : *peers) {
+    if (p.pass != "fwd") continue;
+    if (p.measured()) {
+      row(p.peer + " (peer)", *p.median_ms, p.device_bytes.value_or(0));
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.2f", *p.median_ms / ours_ms);
+      verdicts << who << " is " << buf << "x faster than " << p.peer << " (" << p.library << ").\n";
+    } else {
+      verdicts << p.peer << ": " << p.status << (p.reason.empty() ? "" : " (" + p.reason + ")") << ".\n";
+    }
+  }
+}
+
 void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::string, std::string>,
                                                              std::map<std::string, std::vector<const TrialRow*>>>& cases,
-                    int* passed, int* failed, int* not_run) {
+                    const PeersByCase& peers, int* passed, int* failed, int* not_run) {
   for (const auto& [key, fam] : cases) {
     std::map<std::string, std::int64_t> d = parse_dims(key.first);
     auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
@@ -155,13 +178,46 @@ void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::str
     if (fwd)
       out << pad("flashtune forward + backward", 36) << "| " << pad(fixed(*fwd->median_ms + bwd, 4), 21) << "| "
           << pad(std::max(peak, fwd->device_bytes) > 0 ? fixed(std::max(peak, fwd->device_bytes) / gib, 4) : "n/a", 20) << '\n';
-    out << std::string(80, '-') << "\n\n";
+    // Peers: each one's forward, backward and their sum, against flashtune's.
+    std::ostringstream verdicts;
+    if (const auto pk = peers.find(key); pk != peers.end()) {
+      auto row = [&](const std::string& name, double ms, std::int64_t bytes) {
+        out << pad(name, 36) << "| " << pad(fixed(ms, 4), 21) << "| " << pad(bytes > 0 ? fixed(bytes / gib, 4) : "n/a", 20)
+            << '\n';
+      };
+      std::map<std::string, std::pair<const db::PeerRow*, const db::PeerRow*>> by_peer;  // peer -> (fwd, bwd)
+      for (const auto& p : pk->second) (p.pass == "fwd" ? by_peer[p.peer].first : by_peer[p.peer].second) = &p;
+      for (const auto& [peer, fb] : by_peer) {
+        const auto [pf, pb] = fb;
+        auto verdict = [&](const char* what, const db::PeerRow* p, std::optional<double> ours) {
+          if (!p) return;
+          if (!p->measured()) {
+            verdicts << peer << " " << what << ": " << p->status << (p->reason.empty() ? "" : " (" + p->reason + ")") << ".\n";
+            return;
+          }
+          row(peer + " " + what + " (peer)", *p->median_ms, p->device_bytes.value_or(0));
+          if (ours) verdicts << "flashtune " << what << " is " << fixed(*p->median_ms / *ours, 2) << "x faster than " << peer
+                             << " (" << p->library << ").\n";
+        };
+        verdict("forward", pf, fwd ? std::optional<double>(*fwd->median_ms) : std::nullopt);
+        verdict("backward", pb, bwd);
+        if (pf && pb && pf->measured() && pb->measured()) {
+          const double both = *pf->median_ms + *pb->median_ms;
+          row(peer + " forward + backward", both, std::max(pf->device_bytes.value_or(0), pb->device_bytes.value_or(0)));
+          if (fwd) verdicts << "flashtune forward + backward is " << fixed(both / (*fwd->median_ms + bwd), 2)
+                            << "x faster than " << peer << ".\n";
+        }
+      }
+    }
+    out << std::string(80, '-') << "\n" << verdicts.str() << "\n";
   }
 }
 
 }  // namespace
 
-std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total) {
+std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total, const std::vector<db::PeerRow>& peer_rows) {
+  PeersByCase peers;
+  for (const auto& p : latest_peers(peer_rows)) peers[{p.problem, p.gpu}].push_back(p);
   // (stage, problem key, gpu) -> the family's trials; the naive baselines kept apart, by family.
   struct Case {
     std::map<std::string, std::int64_t> dims;
@@ -226,7 +282,10 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total)
         const auto it = c.baselines.find(family);
         if (const TrialRow* t = it == c.baselines.end() ? nullptr : fastest(it->second)) base.push_back({family, t});
       }
-      if (!fast || base.empty()) continue;
+      const auto pk = peers.find(key);
+      const std::vector<db::PeerRow>* here = pk == peers.end() ? nullptr : &pk->second;
+      const bool fwd_peers = here && std::any_of(here->begin(), here->end(), [](const auto& p) { return p.pass == "fwd"; });
+      if (!fast || (base.empty() && !fwd_peers)) continue;
       auto at = [&](const char* n, std::int64_t fb) { const auto it = c.dims.find(n); return it == c.dims.end() ? fb : it->second; };
       const double gib = 1024.0 * 1024.0 * 1024.0;
       out << "\n--- Running Performance Benchmark ---\nBenchmark Config: B=" << at("batch", 1) << ", H=" << at("heads_q", 1)
@@ -241,8 +300,15 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total)
       for (const auto& [family, t] : base)
         for (const auto& [f, label] : kBaselines)
           if (f == family) row(label, t);
+      std::ostringstream verdicts;
+      peer_lines(here, fast->family, *fast->median_ms,
+                 [&](const std::string& name, double ms, std::int64_t bytes) {
+                   out << pad(name, 26) << "| " << pad(fixed(ms, 4), 21) << "| "
+                       << pad(bytes > 0 ? fixed(bytes / gib, 4) : "n/a", 20) << '\n';
+                 },
+                 verdicts);
       row(fast->family + " (flashtune)", fast);
-      out << std::string(70, '-') << '\n';
+      out << std::string(70, '-') << '\n' << verdicts.str();
       for (const auto& [family, t] : base) {
         out << fast->family << " is " << fixed(*t->median_ms / *fast->median_ms, 2) << "x faster than " << family << ".\n";
         if (fast->device_bytes > 0 && t->device_bytes > 0)
@@ -258,7 +324,7 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total)
   for (const auto& [st, cases] : backward) {
     out << "--- Running Autograder for Problem " << st << ": " << kTitles.at(st) << " ---\n";
     int passed = 0, failed = 0, not_run = 0;
-    backward_stage(out, st, cases, &passed, &failed, &not_run);
+    backward_stage(out, st, cases, peers, &passed, &failed, &not_run);
     failed_sum += failed;
     if (failed == 0 && not_run == 0 && passed > 0) out << "All P" << st << " checks passed!\n\n";
     else out << "P" << st << ": " << passed << " checks passed, " << failed << " failed, " << not_run << " not run.\n";

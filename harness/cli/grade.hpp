@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "db/store.hpp"
 #include "harness/cli/results.hpp"
 
 namespace flashtune::cli {
@@ -17,6 +18,10 @@ namespace flashtune::cli {
 /// has attn_bwd_* trials, checked per gradient as the optional grader does (forward, D, dQ, dK, dV, and
 /// d(sink) with learned sinks), then the tuned forward, backward (sum of its stage winners) and their sum.
 /// *failed (when given) receives the number of failed test cases and checks.
-std::string gstar_report(const std::vector<TrialRow>& trials, int* failed = nullptr);
+/// Peers (`flashtune peers`; the latest per problem, GPU, pass and peer) measured on a benchmarked case join its
+/// table: each measured one as a row and "x faster than" line, the others with their status and reason; a forward
+/// case measured by a peer but by no naive baseline gets its table too.
+std::string gstar_report(const std::vector<TrialRow>& trials, int* failed = nullptr,
+                         const std::vector<db::PeerRow>& peers = {});
 
 }  // namespace flashtune::cli

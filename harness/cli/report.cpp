@@ -1,6 +1,7 @@
 // harness/cli/report.cpp: the report: data files and gnuplot scripts per plot (performance vs sequence
-// length against the naive baseline and the GPU's peaks, the block_m x block_n landscape per warp count,
-// convergence per strategy, a roofline), gnuplot run on each, and index.html embedding the PNGs with tables.
+// length against the naive baseline and the GPU's peaks, the block_m x block_n landscape per warp count, TFLOP/s per
+// attention problem and pass beside the peers, convergence per strategy, a roofline), gnuplot run on each, and
+// index.html embedding the PNGs with tables.
 #include "harness/cli/report.hpp"
 
 #include <algorithm>
@@ -12,7 +13,9 @@
 #include <set>
 #include <sstream>
 
+#include "harness/cli/peers.hpp"
 #include "harness/cli/table.hpp"
+#include "harness/kernels/problem_views.hpp"
 #include "harness/core/types.hpp"
 
 namespace flashtune::cli {
@@ -103,6 +106,8 @@ std::vector<Plot> perf_plots(const std::vector<TrialRow>& best) {
   }
   std::vector<Plot> out;
   for (auto& [xname, pts] : by_x) {
+    // Every point at one x is no curve: problem_chart() shows such problems one bar group each.
+    if (std::all_of(pts.begin(), pts.end(), [&](const Point& p) { return p.x == pts.front().x; })) continue;
     // Label a series by what differs between series: dims equal everywhere are said once in the caption.
     std::map<std::string, std::set<std::int64_t>> seen;
     for (const auto& p : pts)
@@ -213,12 +218,101 @@ std::vector<Plot> landscape_plots(const std::vector<TrialRow>& trials, std::stri
     for (std::size_t j = 0; j < yn.size(); ++j) s << (j ? ", " : "") << '"' << yn[j] << "\" " << j;
     s << ")\nset xrange [-0.5:" << xm.size() - 0.5 << "]\nset yrange [-0.5:" << yn.size() - 0.5 << "]\n"
       << "set palette rgb 33,13,10\nplot '" << p.name << ".dat' using 1:2:3 with image notitle, \\\n     '" << p.name
-      << ".dat' using 1:2:(sprintf('%.3g', $3)) with labels notitle\n";
+      << ".dat' using 1:2:(strcol(3) eq 'NaN' ? '' : sprintf('%.3g', $3)) with labels notitle\n";  // unmeasured: blank
     p.script = s.str();
     p.data = data.str();
     out.push_back(std::move(p));
   }
   return out;
+}
+
+// "fwd B4 H64/8 L4096 D64 bf16 causal w128 sinks": a problem and pass in a few characters, for a chart's axis.
+std::string short_problem(const std::string& pass, const std::string& key) {
+  std::string dtype;
+  const auto d = parse_dims(key, &dtype);
+  auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
+  std::ostringstream s;
+  const auto hq = at("heads_q", 1), hkv = at("heads_kv", hq), sq = at("seq_q", 0), sk = at("seq_k", sq);
+  s << pass << " B" << at("batch", 1) << " H" << hq;
+  if (hkv != hq) s << "/" << hkv;
+  s << " L" << sq;
+  if (sk != sq) s << "x" << sk;
+  s << " D" << at("head_dim", 0) << " " << dtype;
+  if (at("causal", 0)) s << " causal";
+  if (at("window", 0) > 0) s << " w" << at("window", 0);
+  if (at("sink_tokens", 0) > 0) s << " sink" << at("sink_tokens", 0);
+  if (at("learned_sinks", 0)) s << " sinks";
+  return s.str();
+}
+
+// One bar group per attention problem, GPU and pass (fwd; bwd = the stage sum): flashtune's best TFLOP/s beside each
+// peer's (flashtune peers). Problems that share every x value (one seq) get a readable chart here.
+std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers, Table* peer_table) {
+  const auto best = attention_best(trials);
+  if (best.empty()) return std::nullopt;
+  struct Group {
+    std::string label;
+    std::map<std::string, double> tflops;  // series -> TFLOP/s
+  };
+  std::vector<Group> groups;
+  std::vector<std::string> series = {"flashtune"};
+  std::map<std::tuple<std::string, std::string, std::string>, std::size_t> index;  // (problem, gpu, pass)
+  std::set<std::string> gpus;
+  for (const auto& [key, b] : best) gpus.insert(key.second);
+  for (const auto& [key, b] : best)
+    for (const char* pass : {"fwd", "bwd"}) {
+      const auto ms = std::string(pass) == "fwd" ? b.fwd_ms : b.bwd_ms;
+      if (!ms) continue;
+      std::string dtype;
+      core::Problem p;
+      p.dims = parse_dims(key.first, &dtype);
+      p.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
+      kernels::attn::complete_problem(p);
+      index[{key.first, key.second, pass}] = groups.size();
+      groups.push_back({short_problem(pass, key.first) + (gpus.size() > 1 ? " @" + key.second : ""),
+                        {{"flashtune", attention_tflops(p, pass, *ms)}}});
+    }
+  std::vector<db::PeerRow> shown;
+  for (const auto& p : latest_peers(peers)) {
+    const auto it = index.find({p.problem, p.gpu, p.pass});
+    if (it == index.end()) continue;
+    shown.push_back(p);
+    if (!p.measured() || !p.tflops) continue;
+    if (std::find(series.begin(), series.end(), p.peer) == series.end()) series.push_back(p.peer);
+    groups[it->second].tflops[p.peer] = *p.tflops;
+  }
+  std::stable_sort(series.begin() + 1, series.end(), [](const std::string& a, const std::string& b) {
+    const auto& k = known_peers();
+    return std::find(k.begin(), k.end(), a) < std::find(k.begin(), k.end(), b);
+  });
+  *peer_table = peers_table(trials, shown);
+  Plot plot{"per_problem", "", "", ""};
+  plot.title = "TFLOP/s per attention problem and pass: flashtune's best (fwd: the attn_fwd winner; bwd: the sum of the "
+               "backward's stage winners)" + std::string(series.size() > 1 ? " beside each peer measured by flashtune peers" : "") +
+               "; FLOPs of visible pairs (bwd 2.5x fwd); a missing bar: not measured or not supported";
+  std::ostringstream data, s;
+  data << "# label";
+  for (const auto& name : series) data << ' ' << name;
+  data << '\n';
+  for (const auto& g : groups) {
+    data << gp_string(g.label);
+    for (const auto& name : series) {
+      const auto it = g.tflops.find(name);
+      if (it == g.tflops.end()) data << " ?";
+      else data << ' ' << it->second;
+    }
+    data << '\n';
+  }
+  s << "set title 'TFLOP/s per problem and pass'\nset ylabel 'TFLOP/s'\nset style data histograms\n"
+       "set style histogram clustered gap 1\nset style fill solid 0.8 border -1\nset boxwidth 0.9\nset grid ytics\n"
+       "set datafile missing '?'\nset key outside below\nset yrange [0:*]\nset xtics rotate by 30 right\n"
+       "set bmargin 9\nplot ";
+  for (std::size_t i = 0; i < series.size(); ++i)
+    s << (i ? ", \\\n     " : "") << "'per_problem.dat' using " << i + 2 << (i ? "" : ":xtic(1)") << " title "
+      << gp_string(series[i]);
+  plot.script = s.str() + "\n";
+  plot.data = data.str();
+  return plot;
 }
 
 // Best-so-far median against trial index, one line per (family, problem), titled with the strategy.
@@ -340,6 +434,8 @@ std::vector<std::string> write_report(const std::vector<TrialRow>& trials,
   for (auto& p : perf_plots(best)) plots.push_back(std::move(p));
   std::string landscape_of;
   for (auto& p : landscape_plots(trials, &landscape_of)) plots.push_back(std::move(p));
+  Table peer_t;
+  if (auto p = problem_chart(trials, o.peers, &peer_t)) plots.push_back(std::move(*p));
   if (auto p = convergence_plot(trials, strategy_of)) plots.push_back(std::move(*p));
   if (auto p = roofline_plot(best)) plots.push_back(std::move(*p));
   if (plots.empty())
@@ -392,6 +488,10 @@ std::vector<std::string> write_report(const std::vector<TrialRow>& trials,
     h << " &mdash; <a href=\"" << p.name << ".dat\">data</a>, <a href=\"" << p.name << ".gp\">gnuplot script</a>"
       << "</figcaption></figure>\n";
   }
+  if (!peer_t.rows.empty())
+    h << "<h2>Peers</h2>\n<p>Other libraries measured on these problems by <code>flashtune peers</code> (same timing "
+         "method and pass rule); speedup = peer_ms / flashtune_ms (&gt; 1: flashtune is faster).</p>\n"
+      << html_table(peer_t);
   h << "<h2>Best config per problem</h2>\n<p><a href=\"best.csv\">best.csv</a></p>\n" << html_table(best_t)
     << "</body>\n</html>\n";
   write_text(o.out_dir / "index.html", h.str());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "db/store.hpp"
 #include "harness/cli/results.hpp"
 
 namespace flashtune::cli {
@@ -23,6 +24,7 @@ struct ReportOptions {
   std::string title;      ///< "run 3 (attn_fwd_sweep)"
   std::string gnuplot;    ///< gnuplot executable (found on PATH by the caller)
   bool progress = true;   ///< "[2/6] landscape ..." lines on stderr
+  std::vector<db::PeerRow> peers;  ///< peer measurements; those on the trials' attention problems are charted
 };
 
 /// Writes out_dir/index.html, out_dir/*.png (and the .dat/.gp files behind them, linked from the page)

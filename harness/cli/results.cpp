@@ -317,15 +317,25 @@ bool has_learned_sinks(const std::string& problem_key) {
   return it != d.end() && it->second != 0;
 }
 
-Table backward_end_to_end(const std::vector<TrialRow>& trials) {
-  static const std::vector<std::string> kStages = {"attn_fwd",       "attn_bwd_preprocess", "attn_bwd_dkdv",    "attn_bwd_dq",
+namespace {
+const std::vector<std::string> kAttentionStages = {"attn_fwd",       "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
                                                    "attn_bwd_fused", "attn_bwd_dq_delta",   "attn_bwd_dsink"};
+}  // namespace
+
+std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> stage_winners(
+    const std::vector<TrialRow>& trials) {
   std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> by_problem;  // (problem, gpu)
   for (const auto& t : best_per_problem(trials))
-    if (std::find(kStages.begin(), kStages.end(), t.family) != kStages.end()) {
+    if (std::find(kAttentionStages.begin(), kAttentionStages.end(), t.family) != kAttentionStages.end()) {
       auto& slot = by_problem[{t.problem, t.gpu}];
       if (!slot.count(t.family) || *t.median_ms < *slot.at(t.family).median_ms) slot.insert_or_assign(t.family, t);
     }
+  return by_problem;
+}
+
+Table backward_end_to_end(const std::vector<TrialRow>& trials) {
+  const auto& kStages = kAttentionStages;
+  const auto by_problem = stage_winners(trials);
   Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "fused_ms", "dq_delta_ms", "dsink_ms", "bwd_ms",
              "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
             {}};

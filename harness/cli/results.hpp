@@ -84,6 +84,10 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
 /// learned_sinks != 0 in a problem key.
 bool has_learned_sinks(const std::string& problem_key);
 
+/// The fastest measured trial of attn_fwd and of each attn_bwd_* stage per (problem key, gpu), by family.
+std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> stage_winners(
+    const std::vector<TrialRow>& trials);
+
 /// The backward's end-to-end score, per (problem, gpu) where every backward stage has a measured trial:
 /// the sum of the stage winners' medians (the fastest way of backward_sum(), + attn_bwd_dsink with learned
 /// sinks), the forward's winner beside it, and forward + backward. TFLOP/s count the forward's

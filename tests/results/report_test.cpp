@@ -28,14 +28,14 @@ struct ReportTest : ::testing::Test {
   static void TearDownTestSuite() { delete tmp; }
 };
 
-const std::vector<std::string> kPngs = {"perf_vs_d2.png", "perf_vs_seq_q.png", "landscape_w4.png", "landscape_w8.png", "convergence.png",
-                                        "roofline.png"};
+const std::vector<std::string> kPngs = {"perf_vs_d2.png", "perf_vs_seq_q.png", "landscape_w4.png", "landscape_w8.png",
+                                        "per_problem.png", "convergence.png", "roofline.png"};
 
 }  // namespace
 
 TEST_F(ReportTest, WritesValidPngsAndAPageThatEmbedsThem) {
   ASSERT_EQ(status, 0) << out_text;
-  EXPECT_NE(out_text.find("[1/6] plotting perf_vs_d2.png"), std::string::npos) << "progress on the terminal: " << out_text;
+  EXPECT_NE(out_text.find("[1/7] plotting perf_vs_d2.png"), std::string::npos) << "progress on the terminal: " << out_text;
   const std::string png_magic("\x89PNG\r\n\x1a\n", 8);
   for (const auto& name : kPngs) {
     const std::string bytes = read_file(out() / name);
