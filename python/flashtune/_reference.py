@@ -115,6 +115,11 @@ class Shape:
             per_head += max(0, hi - lo) + max(0, min(self.sink_tokens, lo, hi))
         return per_head * self.batch * self.heads_q
 
+    @property
+    def grad_terms(self):
+        """The most terms one gradient element sums: seq_k for dQ, seq_q x the GQA group for dK and dV."""
+        return max(self.seq_k, self.seq_q * self.group)
+
     def fwd_flops(self):
         return 4.0 * self.head_dim * self.visible_pairs()
 
@@ -127,14 +132,12 @@ def fwd_atol(dtype, tf32=False):
     return {"f16": 1e-3, "bf16": 8e-3}.get(dtype, 2e-3 if tf32 else 2e-5)
 
 
-def bwd_atol(shape):
-    """The backward's atol on dQ, dK, dV (harness/kernels/attn_bwd_stage.cpp GradStage::default_atol)."""
-    if shape.dtype == "f32":
-        if not shape.tf32:
-            return 2e-5
-        terms = max(shape.seq_k, shape.seq_q * shape.group)
-        return 1e-3 * math.sqrt(max(1.0, terms / 16.0))
-    return 5e-4 if shape.dtype == "f16" else 4e-3
+def bwd_atol(dtype, tf32=False, terms=0):
+    """The backward's atol on dQ, dK, dV (harness/kernels/attn_bwd_stage.cpp GradStage::default_atol); `terms`
+    (TF32 only): the most terms a gradient element sums, max(seq_k, seq_q * group) (Shape.grad_terms)."""
+    if dtype == "f32":
+        return 1e-3 * math.sqrt(max(1.0, terms / 16.0)) if tf32 else 2e-5
+    return 5e-4 if dtype == "f16" else 4e-3
 
 
 def dsink_atol(shape):

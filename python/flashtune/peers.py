@@ -427,7 +427,7 @@ def validate_bwd(shape, inputs, grads):
     r64 = [ref.group_reference(shape, inputs, b, kvh, torch.float64, True, inputs["dout"]) for b, kvh in groups]
     nv = [ref.group_reference(shape, inputs, b, kvh, None, True, inputs["dout"]) for b, kvh in groups]
     checks = {}
-    atol = ref.bwd_atol(shape)
+    atol = ref.bwd_atol(shape.dtype, shape.tf32, shape.grad_terms)
     for name, kv in (("dq", False), ("dk", True), ("dv", True)):
         joined = [torch.cat([x[name].reshape(-1) for x in part]) for part in (r64, nv)]
         checks[name] = ref.compare(_sample(grads[name], shape, groups, kv), joined[0], joined[1], atol,

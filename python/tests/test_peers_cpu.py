@@ -192,9 +192,10 @@ class Dims(unittest.TestCase):
         bf = ref.Shape.from_dims(dict(batch=2, heads_q=4, head_dim=64, seq_q=128), "bf16")
         self.assertEqual((ref.fwd_atol("f16"), ref.fwd_atol("bf16"), ref.fwd_atol("f32"), ref.fwd_atol("f32", True)),
                          (1e-3, 8e-3, 2e-5, 2e-3))
-        self.assertEqual(ref.bwd_atol(bf), 4e-3)
+        self.assertEqual((ref.bwd_atol("bf16"), ref.bwd_atol("f16"), ref.bwd_atol("f32")), (4e-3, 5e-4, 2e-5))
         tf = ref.Shape.from_dims(dict(batch=1, heads_q=4, heads_kv=1, head_dim=64, seq_q=400, tf32=1), "f32")
-        self.assertAlmostEqual(ref.bwd_atol(tf), 1e-3 * math.sqrt(1600 / 16))
+        self.assertEqual(tf.grad_terms, 1600)
+        self.assertAlmostEqual(ref.bwd_atol("f32", True, tf.grad_terms), 1e-3 * math.sqrt(1600 / 16))
         self.assertAlmostEqual(ref.dsink_atol(bf), 1e-6 * math.sqrt(256))
         # one ulp at max|ref|: bf16 at 3.0 is 2^(1 - 7), fp16 2^(1 - 10); below atol the atol stays; fp32 keeps it.
         self.assertEqual(ref.storage_atol("bf16", 3.0, 1e-3), 2.0 ** -6)
