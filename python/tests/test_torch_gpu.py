@@ -20,6 +20,7 @@ except ImportError:  # the whole file skips in setUpModule
     torch = None
 
 import flashtune
+from flashtune import _reference as ref
 
 
 def setUpModule():
@@ -32,73 +33,17 @@ def setUpModule():
 
 
 DEV = "cuda"
-ULP_BITS = {"float16": 10, "bfloat16": 7, "float32": 23}  # explicit mantissa bits
-# The harness's atol per problem dtype (harness/kernels/attention.cpp fwd_atol for O and LSE,
-# attn_bwd_stage.cpp GradStage::default_atol for gradients; no TF32), raised for 16-bit outputs to one ulp.
-FWD_ATOL = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 2e-5}
-BWD_ATOL = {"float16": 5e-4, "bfloat16": 4e-3, "float32": 2e-5}
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# References (our own code of the GStar formulas and DESIGN.md's conventions)
+# References: flashtune._reference (our own code of the GStar formulas and DESIGN.md's conventions, shared with
+# flashtune.peers): reference(compute=torch.float64) is ref64, reference() the naive same precision.
 
-def visible(sq, sk, causal, window, sink_tokens, device=DEV):
-    """Bool (sq, sk): key j visible to query i. Causal aligned bottom-right (offset sk - sq); window W: j > i +
-    offset - W; sink tokens j < sink_tokens stay visible through the window. With sq == sk, causal, a window
-    and sinks this is GStar's (sliding | sink) & causal mask."""
-    i = torch.arange(sq, device=device)[:, None]
-    j = torch.arange(sk, device=device)[None, :]
-    off = sk - sq
-    m = torch.ones(sq, sk, dtype=torch.bool, device=device)
-    if causal:
-        m &= j <= i + off
-    if window:
-        band = j > i + off - window
-        if sink_tokens:
-            band |= j < sink_tokens
-        m &= band
-    return m
-
-
-def expand_kv(x, groups):
-    """(b, hkv, s, d) -> (b, hkv * groups, s, d): query head h reads kv head h // groups."""
-    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
-
-
-def reference(q, k, v, *, causal=False, window=0, sink_tokens=0, sinks=None, scale=None, compute=None):
-    """(o, lse) of attention, differentiable by autograd.
-    compute=torch.float64: every step in float64 (ref64). compute=None: "naive same precision" like the GStar
-    grader's naive_attention: S and P V in the inputs' dtype, softmax and LSE in float32 (sink column included)."""
-    b, hq, sq, d = q.shape
-    groups = hq // k.shape[1]
-    sk = k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    if compute is not None:
-        q, k, v = q.to(compute), k.to(compute), v.to(compute)
-    kk, vv = expand_kv(k, groups), expand_kv(v, groups)
-    s = (q @ kk.transpose(-1, -2)) * scale
-    s = s.masked_fill(~visible(sq, sk, causal, window, sink_tokens, q.device), float("-inf"))
-    soft = compute if compute is not None else torch.float32
-    s = s.to(soft)
-    if sinks is not None:
-        col = sinks.to(soft)[None, :, None, None].expand(b, hq, sq, 1)
-        s = torch.cat([s, col], dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.softmax(s, dim=-1)
-    if sinks is not None:
-        p = p[..., :sk]
-    o = p.to(vv.dtype) @ vv
-    return o, lse
+reference = ref.attention
 
 
 def dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-def ulp(dtype, magnitude):
-    """One ulp of `dtype` at `magnitude`."""
-    m = max(float(magnitude), 2.0 ** -14)
-    return 2.0 ** (math.floor(math.log2(m)) - ULP_BITS[dtype_name(dtype)])
+    return ref.dtype_key(dtype)
 
 
 def leaves(*ts):
@@ -153,9 +98,7 @@ class AttentionTestCase(unittest.TestCase):
         self.assertFalse(torch.isnan(out).any().item(), f"{what}: NaN in flashtune's output")
         err = (out.double() - ref64.double()).abs().max().item()
         nerr = (naive.double() - ref64.double()).abs().max().item()
-        atol = family_atol
-        if out.dtype in (torch.float16, torch.bfloat16):
-            atol = max(atol, ulp(out.dtype, ref64.double().abs().max().item()))
+        atol = ref.storage_atol(dtype_name(out.dtype), ref64.double().abs().max().item(), family_atol)
         self.assertLessEqual(err, 2 * nerr + atol,
                              f"{what}: max|flashtune - ref64| = {err:.3g} > 2 * {nerr:.3g} (naive "
                              f"{naive.dtype}) + {atol:.3g}")
@@ -173,12 +116,12 @@ class AttentionTestCase(unittest.TestCase):
         self.assertTrue(torch.allclose(lsen, lse, rtol=gstar_tol, atol=gstar_tol),
                         f"GStar L check: max diff {(lsen - lse).abs().max().item():.3g}")
         dt = dtype_name(c.dtype)
-        self.assert_pass_rule("O", o, o64, on, FWD_ATOL[dt])
-        self.assert_pass_rule("LSE", lse, lse64, lsen, FWD_ATOL[dt])
+        self.assert_pass_rule("O", o, o64, on, ref.fwd_atol(dt))
+        self.assert_pass_rule("LSE", lse, lse64, lsen, ref.fwd_atol(dt))
         if grads:
             for name, a, r, n, x in zip(c.names, g, g64, gn, c.inputs):
                 self.assertEqual(a.dtype, x.dtype, f"{name} dtype")
-                self.assert_pass_rule(name, a, r, n, BWD_ATOL[dt])
+                self.assert_pass_rule(name, a, r, n, ref.bwd_atol(dt))
 
 
 # ---------------------------------------------------------------------------------------------------------------
