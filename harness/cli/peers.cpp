@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -67,6 +68,12 @@ double number(const nlohmann::json& j, const char* name, const std::string& wher
   const auto& v = field(j, name, where);
   if (!v.is_number()) throw core::UserError(where + ": '" + std::string(name) + "' is not a number");
   return v.get<double>();
+}
+
+// A number the contract writes as null when it is not finite (a NaN error, an infinite tolerance): NaN then.
+double number_or_nan(const nlohmann::json& j, const char* name, const std::string& where) {
+  if (field(j, name, where).is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return number(j, name, where);
 }
 
 std::string host_name() {
@@ -172,6 +179,10 @@ PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<P
   if (!result.is_object()) throw core::UserError(source + ": not a JSON object");
   if (const auto v = field(result, "version", source); !v.is_number_integer() || v.get<int>() != 1)
     throw core::UserError(source + ": version " + v.dump() + " (this flashtune reads version 1)");
+  // Before it reaches the GPU the child writes {"version": 1, "results": []}: nothing measured, no GPU named.
+  if (!result.contains("gpu") && result.contains("results") && result.at("results").is_array() &&
+      result.at("results").empty())
+    return out;
   const auto& gpu = field(result, "gpu", source);
   out.gpu_name = text_field(gpu, "name", source + ": gpu");
   if (gpu.contains("uuid") && gpu.at("uuid").is_string()) out.gpu_uuid = gpu.at("uuid").get<std::string>();
@@ -219,7 +230,7 @@ PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<P
       t.min_ms = number(*it, "min_ms", w);
       t.max_ms = number(*it, "max_ms", w);
       t.mean_ms = number(*it, "mean_ms", w);
-      t.rel_stdev = number(*it, "rel_stdev", w);
+      t.rel_stdev = number_or_nan(*it, "rel_stdev", w);
       t.converged = it->value("converged", false);
       t.cold = it->value("cold", true);
       if (!(t.median_ms > 0)) throw core::UserError(w + ": median_ms " + std::to_string(t.median_ms) + " is not positive");
@@ -230,12 +241,12 @@ PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<P
       const std::string w = where + ": validation";
       core::Validation v;
       v.checked = true;
-      v.max_abs_err = number(*it, "max_abs_err", w);
-      v.max_rel_err = it->contains("max_rel_err") ? number(*it, "max_rel_err", w) : 0;
-      v.naive_err = number(*it, "naive_err", w);
-      v.tolerance = number(*it, "tolerance", w);
+      v.max_abs_err = number_or_nan(*it, "max_abs_err", w);
+      v.max_rel_err = it->contains("max_rel_err") ? number_or_nan(*it, "max_rel_err", w) : 0;
+      v.naive_err = number_or_nan(*it, "naive_err", w);
+      v.tolerance = number_or_nan(*it, "tolerance", w);
       v.nan_count = static_cast<std::int64_t>(number(*it, "nan_count", w));
-      v.passed = v.nan_count == 0 && v.max_abs_err <= v.tolerance;
+      v.passed = v.nan_count == 0 && v.max_abs_err <= v.tolerance;  // false where either is NaN (null)
       if (it->contains("output") && it->at("output").is_string()) rec.checked_output = it->at("output").get<std::string>();
       rec.validation = v;
     }
@@ -383,6 +394,13 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
     }
   }
   auto parsed = parse_peer_results(result, problems, result_path.string());
+  if (parsed.records.empty())
+    throw core::UserError(result_path.string() + ": no measurement" +
+                          (results.empty() ? " (flashtune.peers " +
+                                                 (timed_out ? std::string("ran past --timeout")
+                                                            : "exited with status " + std::to_string(child_status)) + ")"
+                                           : std::string()) +
+                          "; nothing recorded");
 
   db::Store store(db_path);
   db::RunInfo info;

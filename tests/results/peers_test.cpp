@@ -199,11 +199,14 @@ struct PeersCommand : ::testing::Test {
 TEST_F(PeersCommand, WritesTheJobRunsTheChildAndRecordsItsResult) {
   const auto py = fake_python(result(ok_entry(0, "fwd") + "," + ok_entry(0, "bwd") +
                                      R"(, {"index": 1, "peer": "flex", "pass": "bwd", "status": "unsupported",
-                                          "reason": "GQA backward", "timing": null, "validation": null})"),
+                                          "reason": "GQA backward", "timing": null, "validation": null})"
+                                     R"(, {"index": 1, "peer": "fa4", "pass": "bwd", "status": "wrong_result",
+                                          "reason": "dq off", "timing": null, "validation": {"max_abs_err": null,
+                                          "naive_err": 0.001, "tolerance": null, "nan_count": 3, "output": "dq"}})"),
                               0);
   const auto r = run_cli("peers " + yaml.string() + " --db " + db + " --python " + py.string() + " --seed 5");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("run 1: 3 peer measurement(s) on NVIDIA H100 80GB HBM3 (cuda 13.0, torch 2.11.0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run 1: 4 peer measurement(s) on NVIDIA H100 80GB HBM3 (cuda 13.0, torch 2.11.0)"), std::string::npos) << r.out;
   const auto job = nlohmann::json::parse(read_file(tmp.dir / "seen_job.json"));
   EXPECT_EQ(job.at("version"), 1);
   EXPECT_EQ(job.at("seed"), 5);
@@ -215,7 +218,7 @@ TEST_F(PeersCommand, WritesTheJobRunsTheChildAndRecordsItsResult) {
   EXPECT_EQ(runs(), "status\nfinished\n");
   db::Store store(db, db::Store::Access::read_only);
   const auto rows = store.peer_trials();
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].experiment, "peers_cmd");
   EXPECT_EQ(rows[0].device_key, "NVIDIA H100 80GB HBM3");
   // TFLOP/s from the visible pairs: causal 256 x 256 -> 32896 pairs per head, 16 heads, 4 x 64 FLOP each
@@ -223,6 +226,8 @@ TEST_F(PeersCommand, WritesTheJobRunsTheChildAndRecordsItsResult) {
   EXPECT_NEAR(*rows[0].tflops, 4.0 * 64 * 32896 * 16 / (0.11 * 1e9), 1e-9);
   EXPECT_NEAR(*rows[1].tflops, 2.5 * *rows[0].tflops, 1e-9);
   EXPECT_EQ(rows[2].status, "unsupported");
+  EXPECT_EQ(rows[3].status, "wrong_result");
+  EXPECT_FALSE(rows[3].max_abs_err) << "a null (non-finite) error is stored as NULL";
   EXPECT_EQ(store.sql("SELECT count(*) FROM peer_trials WHERE samples_json = '[0.1,0.12,0.11]' AND checked_output = 'o'")
                 .rows.at(0).at(0), "2");
 }
@@ -245,6 +250,12 @@ TEST_F(PeersCommand, BadInputsGetOneLineAndRecordNothing) {
   const auto fails = run_cli("peers " + yaml.string() + " --db " + db + " --python " + fake_python("", 2).string());
   EXPECT_EQ(fails.status, 2);
   EXPECT_NE(fails.out.find("exited with status 2 before measuring anything; nothing recorded"), std::string::npos) << fails.out;
+
+  const auto placeholder = run_cli("peers " + yaml.string() + " --db " + db + " --python " +
+                                   fake_python(R"({"version": 1, "results": []})", 2).string());
+  EXPECT_EQ(placeholder.status, 2);
+  EXPECT_NE(placeholder.out.find("no measurement (flashtune.peers exited with status 2); nothing recorded"),
+            std::string::npos) << placeholder.out;
 
   const auto bad_index = run_cli("peers " + yaml.string() + " --db " + db + " --python " +
                                  fake_python(result(ok_entry(3, "fwd")), 0).string());
