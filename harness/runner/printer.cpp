@@ -2,8 +2,17 @@
 #include "harness/runner/printer.hpp"
 
 #include <iostream>
+#include <sstream>
 
 namespace flashtune::runner {
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
 
 void LinePrinter::progress(const std::string& line) {
   if (m_print) m_print(line);

@@ -21,6 +21,9 @@ class Printer {
   virtual void summary(const RunSummary&) {}
 };
 
+/// `v` in fixed-point notation with `digits` decimals ("3.14"), as every progress line writes numbers.
+std::string fixed(double v, int digits);
+
 /// Progress lines to `print` (each one call), or to stderr with a newline when `print` is empty; no summary.
 /// What RunOptions::print gives when RunOptions::printer is not set.
 class LinePrinter : public Printer {

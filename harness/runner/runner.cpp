@@ -36,7 +36,9 @@
 #include "harness/kernels/launch.hpp"
 #include "harness/measure/measure.hpp"
 #include "harness/measure/watchdog.hpp"
+#include "harness/runner/finalists.hpp"
 #include "harness/runner/runnable.hpp"
+#include "harness/runner/search_start.hpp"
 #include "harness/runner/supervisor.hpp"
 #include "harness/runner/trial.hpp"
 #include "reference/compare.hpp"
@@ -79,7 +81,7 @@ class ExperimentRun {
     if (m_gpu) {
       m_summary.copy_gbps = measure::copy_bandwidth_gbps(std::int64_t(512) << 20, m_gpu->stream, 20);
       store.set_copy_bandwidth(m_summary.run_id, m_summary.copy_gbps);
-      say("device-to-device copy bandwidth: " + fmt(m_summary.copy_gbps, 0) + " GB/s (read + write)");
+      say("device-to-device copy bandwidth: " + fixed(m_summary.copy_gbps, 0) + " GB/s (read + write)");
     }
     std::string status = "finished";
     try {
@@ -100,13 +102,6 @@ class ExperimentRun {
 
  private:
   void say(const std::string& line) { m_printer.progress(line); }
-  static std::string fmt(double v, int digits) {
-    std::ostringstream s;
-    s.setf(std::ios::fixed);
-    s.precision(digits);
-    s << v;
-    return s.str();
-  }
 
   void setup_device() {
     m_summary.compile_only = m_opts.compile_only;
@@ -213,9 +208,10 @@ class ExperimentRun {
     prefetch_compiles(study, problem, configs, unit_of);
     tuner::WarmStart warm;
     const bool may_reorder = !(first_unit >= 0 && m_opts.shard.sharded());
-    if (m_opts.warm_start && may_reorder) warm = warm_start(family, problem, configs);
+    const StartEnv start{*m_store, m_summary.run_id, m_summary.device_key, m_limits, m_printer};
+    if (m_opts.warm_start && may_reorder) warm = warm_start(start, family, problem, configs);
     if (!warm.informed() && m_opts.cost_prior && may_reorder && tuner::learns(study.strategy))
-      warm = model_start(family, problem, configs);
+      warm = model_start(start, family, problem, configs);
     auto strategy = tuner::make_warm_strategy(study.strategy, std::move(configs), warm);
     const auto t0 = Clock::now();
     ProblemData data;
@@ -227,7 +223,7 @@ class ExperimentRun {
 
     while (!g_stop) {
       if (study.strategy.budget_seconds > 0 && seconds_since(t0) > study.strategy.budget_seconds) {
-        say("   time budget of " + fmt(study.strategy.budget_seconds, 1) + " s spent");
+        say("   time budget of " + fixed(study.strategy.budget_seconds, 1) + " s spent");
         break;
       }
       auto config = strategy->propose();
@@ -247,7 +243,7 @@ class ExperimentRun {
         const auto& prior = *claim.recorded;
         ++m_summary.resumed;
         std::string what(core::to_string(prior.status));
-        if (prior.timing) what += ", " + fmt(prior.timing->median_ms * 1000, 2) + " us";
+        if (prior.timing) what += ", " + fixed(prior.timing->median_ms * 1000, 2) + " us";
         say(progress + config->key() + ": already recorded (" + what + "), skipped");
         strategy->observe(*config, prior);  // a learning strategy learns the recorded time too
         continue;
@@ -298,7 +294,9 @@ class ExperimentRun {
     }
     m_early_exit.reset();
     if (best && m_gpu && !g_stop && !m_summary.poisoned && top.entries().size() > 1)
-      run_finalists(study, problem, data, top.configs(), error_of, *best);
+      m_summary.poisoned = !run_finalists(FinalistsEnv{family, problem, m_limits, *m_compiler, *m_sources, *m_gpu, data,
+                                                       watchdog(study), m_printer},
+                                          study, top.configs(), error_of, *best);
     if (best) m_summary.best.push_back(*best);
   }
 
@@ -347,133 +345,6 @@ class ExperimentRun {
         " before or by another run): " + mine.summary());
   }
 
-  // Finalists (tuner/finalists.hpp): the fastest few of the problem re-measured interleaved, round r
-  // starting at finalist r, so drift of the GPU hits them alike; a tie within the noise band is broken by
-  // the tuner's fixed rule and reported. Each slot is one measure() with 1/rounds of the study's time
-  // and samples. The trials in the store keep their search measurements; the winner is this run's best.
-  void run_finalists(const experiment::Study& study, const core::Problem& problem, ProblemData& data, const std::vector<core::Config>& finalists,
-                     const std::map<std::string, double>& error_of, BestOfProblem& best) {
-    const auto& family = *study.kernel;
-    const int rounds = study.strategy.finalist_rounds;
-    struct Ready {
-      std::optional<cuda::Module> module;
-      kernels::PackedArgs args;
-      kernels::BoundLaunch launch;
-    };
-    try {
-      std::vector<std::unique_ptr<Ready>> ready;  // stable addresses: each launch refers to its args
-      for (const auto& c : finalists) {
-        const auto compiled = m_compiler->compile(m_sources->request(family, c, problem, m_limits.arch));
-        if (!compiled.record.ok) throw core::Error("recompiling " + c.key() + " failed");
-        auto r = std::make_unique<Ready>();
-        r->module.emplace(compiled.cubin);
-        const CUfunction fn = r->module->function(compiled.record.lowered_name);
-        r->launch = kernels::bind_launch(family, c, problem, family.launch_shape(c, problem, m_limits), fn, data.addresses(), r->args);
-        ready.push_back(std::move(r));
-      }
-      core::MeasureSettings slot = study.measure;
-      slot.warmup = std::max(1, slot.warmup);  // the previous slot ran another kernel
-      slot.max_time_s /= rounds;
-      slot.min_time_s = std::min(slot.min_time_s / rounds, slot.max_time_s);
-      slot.min_samples = std::max(1, slot.min_samples / rounds);
-      slot.max_samples = std::max(slot.min_samples, slot.max_samples / rounds);
-      std::vector<std::vector<double>> samples(finalists.size());
-      for (int i : tuner::interleaved_order(int(finalists.size()), rounds)) {
-        const measure::Watchdog dog = watchdog(study);
-        const kernels::BoundLaunch& l = ready[std::size_t(i)]->launch;
-        const auto t = measure::measure(l.run, m_gpu->stream, slot, study.measure.cold ? &m_gpu->flusher : nullptr,
-                                        std::nullopt, &dog, l.prepare);
-        samples[std::size_t(i)].insert(samples[std::size_t(i)].end(), t.samples_ms.begin(), t.samples_ms.end());
-      }
-      const auto v = tuner::name_winner(finalists, samples, study.strategy.tie_band);
-      std::string line = "   finalists, " + std::to_string(rounds) + " rounds interleaved:";
-      for (std::size_t i = 0; i < finalists.size(); ++i)
-        line += (i ? ";  " : "  ") + finalists[i].key() + " " + fmt(v.stats[i].median_ms * 1000, 2) + " us (IQR " +
-                fmt(v.stats[i].iqr_ms * 1000, 2) + ", " + std::to_string(v.stats[i].samples) + " samples)";
-      say(line);
-      const core::Config& w = finalists[v.winner];
-      if (v.tie()) {
-        std::string with;
-        for (std::size_t i : v.tied)
-          if (i != v.winner) with += (with.empty() ? "" : ", ") + finalists[i].key();
-        say("   tie: " + w.key() + " with " + with + " (within " + fmt(100 * study.strategy.tie_band, 1) +
-            " % or the noise); winner " + w.key() + " by the tie-break (smallest config values)");
-      } else {
-        say("   winner: " + w.key());
-      }
-      const double seconds = v.stats[v.winner].median_ms * 1e-3;
-      best.config = w.key();
-      best.median_ms = v.stats[v.winner].median_ms;
-      best.gbps = family.bytes_moved(problem) / seconds * 1e-9;
-      best.tflops = family.flops(problem) / seconds * 1e-12;
-      const auto err = error_of.find(w.key());
-      best.max_abs_err = err == error_of.end() ? 0.0 : err->second;
-    } catch (const cuda::CudaError& e) {
-      if (e.is_sticky()) m_summary.poisoned = true;
-      say(std::string("   finalists not re-measured: ") + e.what());
-    } catch (const core::Error& e) {
-      say(std::string("   finalists not re-measured: ") + e.what());
-    }
-  }
-
-  // The warm start of one problem's search: every problem of the same family, stage and device measured in
-  // this database (any experiment, any kernel source; per config its latest trial) is history. Says and
-  // records which it drew on. Uninformed (a cold start) when there is none.
-  tuner::WarmStart warm_start(const kernels::KernelFamily& family, const core::Problem& problem,
-                              const std::vector<core::Config>& configs) {
-    using db::sql_quote;
-    const auto rows = m_store->sql(
-        "SELECT p.key, p.json, c.key, t.status, t.median_ms, coalesce(t.stopped_early, 0) FROM trials t "
-        "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id WHERE t.family = " +
-        sql_quote(family.name()) + " AND t.stage = " + sql_quote(family.stage()) + " AND t.device_key = " +
-        sql_quote(m_summary.device_key) + " AND p.key <> " + sql_quote(problem.key()) + " AND t.status <> 'compiled' ORDER BY t.id");
-    std::map<std::string, tuner::HistorySurface> by_problem;
-    for (const auto& r : rows.rows) {
-      auto& h = by_problem[r[0]];
-      if (h.name.empty()) {
-        h.name = r[0];
-        try {
-          const core::Problem p = db::problem_from_json(r[1]);
-          h.dims = p.dims, h.dtype = std::string(core::to_string(p.dtype));
-        } catch (const core::Error&) {  // unreadable: kept without dims, so it is far from every problem
-        }
-      }
-      core::TrialResult t;
-      t.status = core::parse_trial_status(r[3]).value_or(core::TrialStatus::launch_failed);
-      if (!r[4].empty()) t.timing = core::Timing{}, t.timing->median_ms = std::stod(r[4]), t.timing->stopped_early = r[5] == "1";
-      h.results[r[2]] = t;
-    }
-    std::vector<tuner::HistorySurface> history;
-    for (auto& [key, h] : by_problem) history.push_back(std::move(h));
-    auto w = tuner::warm_start(configs, problem.dims, std::string(core::to_string(problem.dtype)), history);
-    if (!w.informed() || w.order.empty()) return w;
-    const auto& near = w.sources.front();
-    say("   warm start from " + std::to_string(w.sources.size()) + " measured problem(s); nearest " + near.name +
-        " (distance " + fmt(near.distance, 2) + ", its best " + near.best + "); first: " + w.order.front().key());
-    nlohmann::json sources = nlohmann::json::array(), first = nlohmann::json::array();
-    for (std::size_t i = 0; i < w.sources.size() && i < 10; ++i)
-      sources.push_back({{"problem", w.sources[i].name}, {"distance", w.sources[i].distance},
-                         {"weight", w.sources[i].weight}, {"best", w.sources[i].best}});
-    for (std::size_t i = 0; i < w.order.size() && i < std::size_t(tuner::kWarmSeeds); ++i) first.push_back(w.order[i].key());
-    m_store->record_warm_start(m_summary.run_id, family.name(), family.stage(), problem.key(), sources.dump(), first.dump());
-    return w;
-  }
-
-  // A cold start's order from the analytic cost model (no history): says and records it, as warm_start() does, with
-  // sources [{"model": name}]. Uninformed when the model knows none of the configs.
-  tuner::WarmStart model_start(const kernels::KernelFamily& family, const core::Problem& problem,
-                               const std::vector<core::Config>& configs) {
-    std::vector<std::optional<double>> costs;
-    for (const auto& c : configs) costs.push_back(kernels::estimate_cost(family.name(), c, problem, m_limits));
-    auto w = tuner::model_start(configs, costs, kernels::kCostModelName);
-    if (!w.informed()) return w;
-    say("   cold start from the " + w.model + " (no history); first: " + w.order.front().key());
-    nlohmann::json sources = nlohmann::json::array({{{"model", w.model}}}), first = nlohmann::json::array();
-    for (std::size_t i = 0; i < w.order.size() && i < std::size_t(tuner::kWarmSeeds); ++i) first.push_back(w.order[i].key());
-    m_store->record_warm_start(m_summary.run_id, family.name(), family.stage(), problem.key(), sources.dump(), first.dump());
-    return w;
-  }
-
   // Parallel NVRTC ahead of the GPU: when the strategy will propose every config of the problem (exhaustive,
   // or random without a smaller trial budget), the compiles of those this process will run (its shard's,
   // runnable on the device, not yet recorded) are queued on all CPU cores but one, in the order the space
@@ -498,11 +369,11 @@ class ExperimentRun {
   std::string describe(const core::TrialResult& r) const {
     std::string s(core::to_string(r.status));
     if (r.status == TrialStatus::ok && r.timing) {
-      s += "  " + fmt(r.timing->median_ms * 1000, 2) + " us  " + fmt(r.gbps, 0) + " GB/s";
+      s += "  " + fixed(r.timing->median_ms * 1000, 2) + " us  " + fixed(r.gbps, 0) + " GB/s";
       if (r.timing->stopped_early && m_early_exit)
-        s += "  stopped early (> " + fmt(m_early_exit->factor, 2) + " x the best, " + fmt(m_early_exit->incumbent_ms * 1000, 2) + " us)";
-      if (m_summary.copy_gbps > 0) s += " (" + fmt(100 * r.gbps / m_summary.copy_gbps, 1) + "% of copy)";
-      if (r.tflops >= 0.1) s += "  " + fmt(r.tflops, 1) + " TFLOP/s";
+        s += "  stopped early (> " + fixed(m_early_exit->factor, 2) + " x the best, " + fixed(m_early_exit->incumbent_ms * 1000, 2) + " us)";
+      if (m_summary.copy_gbps > 0) s += " (" + fixed(100 * r.gbps / m_summary.copy_gbps, 1) + "% of copy)";
+      if (r.tflops >= 0.1) s += "  " + fixed(r.tflops, 1) + " TFLOP/s";
       if (r.validation) {
         char err[32];
         std::snprintf(err, sizeof err, "%.2e", r.validation->max_abs_err);
@@ -515,7 +386,7 @@ class ExperimentRun {
     if (r.compile && r.compile->ok && (r.status == TrialStatus::compiled || m_opts.verbose)) {
       const auto& res = r.compile->resources;
       s += "  " + std::to_string(res.registers) + " regs, " + std::to_string(std::max(res.spill_store_bytes, 0)) +
-           " B spilled" + (r.compile->cache_hit ? ", cached" : ", " + fmt(r.compile->compile_ms, 0) + " ms");
+           " B spilled" + (r.compile->cache_hit ? ", cached" : ", " + fixed(r.compile->compile_ms, 0) + " ms");
     }
     return s;
   }
@@ -536,12 +407,12 @@ class ExperimentRun {
     if (m_in_flight) {
       db::TrialRecord rec = *m_in_flight;
       rec.result.status = TrialStatus::timeout;
-      rec.result.reason = h.what + " did not complete within " + fmt(h.waited_s, 1) + " s (watchdog_s: " +
-                          fmt(h.limit_s, 1) + " s per launch)";
+      rec.result.reason = h.what + " did not complete within " + fixed(h.waited_s, 1) + " s (watchdog_s: " +
+                          fixed(h.limit_s, 1) + " s per launch)";
       m_store->record_trial(rec);
       say("   " + rec.config.key() + ": timeout: " + rec.result.reason);
     } else {
-      say("   " + h.what + " did not complete within " + fmt(h.waited_s, 1) + " s (watchdog_s: " + fmt(h.limit_s, 1) + " s)");
+      say("   " + h.what + " did not complete within " + fixed(h.waited_s, 1) + " s (watchdog_s: " + fixed(h.limit_s, 1) + " s)");
     }
     m_store->finish_run(m_summary.run_id, "crashed");
     say("   the GPU is busy with that kernel for the rest of this process; stopping (a rerun resumes)");
