@@ -33,17 +33,51 @@ RandomSearch::RandomSearch(std::vector<core::Config> candidates, std::int64_t bu
   }
 }
 
-std::vector<std::string> strategy_names() { return {"exhaustive", "random", "annealing", "genetic", "bayes"}; }
-std::vector<std::string> learning_strategy_names() { return {"annealing", "genetic", "bayes"}; }
+namespace {
 
-bool learns(const core::StrategySettings& settings) {
-  const auto names = learning_strategy_names();
-  return std::find(names.begin(), names.end(), settings.name) != names.end();
+// Each strategy's properties, in the order shown to users: the one place that says which strategy learns from its
+// measurements and in what order the others propose.
+enum class Order {
+  listed,    // every candidate in the given order (a trial budget stops it early)
+  shuffled,  // every candidate in a seeded random order; a smaller trial budget makes it a sample
+  learned,   // picked one at a time from what was observed
+};
+struct StrategyKind {
+  const char* name;
+  Order order;
+};
+constexpr StrategyKind kKinds[] = {
+    {"exhaustive", Order::listed}, {"random", Order::shuffled},
+    {"annealing", Order::learned}, {"genetic", Order::learned}, {"bayes", Order::learned}};
+
+// The kind of a strategy name; nullopt for an unknown one.
+std::optional<Order> order_of(const std::string& name) {
+  for (const auto& k : kKinds)
+    if (name == k.name) return k.order;
+  return std::nullopt;
 }
 
+}  // namespace
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> out;
+  for (const auto& k : kKinds) out.emplace_back(k.name);
+  return out;
+}
+
+std::vector<std::string> learning_strategy_names() {
+  std::vector<std::string> out;
+  for (const auto& k : kKinds)
+    if (k.order == Order::learned) out.emplace_back(k.name);
+  return out;
+}
+
+bool learns(const core::StrategySettings& settings) { return order_of(settings.name) == Order::learned; }
+
 bool proposes_all(const core::StrategySettings& settings, std::size_t candidates) {
-  if (settings.name == "exhaustive") return true;
-  return settings.name == "random" &&
+  const auto order = order_of(settings.name);
+  if (order == Order::listed) return true;
+  return order == Order::shuffled &&
          (settings.budget_trials == 0 || settings.budget_trials >= static_cast<std::int64_t>(candidates));
 }
 

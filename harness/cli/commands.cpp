@@ -2,15 +2,10 @@
 // Only this file turns errors into exit codes and messages.
 #include "harness/cli/commands.hpp"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 
-#include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +22,7 @@
 #include "harness/cli/peers.hpp"
 #include "harness/cli/report.hpp"
 #include "harness/cli/results.hpp"
+#include "harness/cli/run_printer.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
 #include "harness/cuda/device.hpp"
@@ -36,6 +32,7 @@
 #include "harness/kernels/family.hpp"
 #include "harness/kernels/operation.hpp"
 #include "harness/runner/runner.hpp"
+#include "harness/runner/supervisor.hpp"
 
 namespace po = boost::program_options;
 
@@ -61,89 +58,6 @@ commands:
   peers EXPERIMENT.yaml measure PyTorch SDPA, FlexAttention, FlashAttention-4 on its attention problems (Python)
   replay                replay strategies offline against a recorded exhaustive run (or a synthetic one)
 )";
-
-char** g_argv = nullptr;  // kept to start a fresh process after a sticky CUDA error
-constexpr int kMaxRestarts = 64;
-
-// A sticky CUDA error (a config that writes out of bounds) leaves this process without a usable GPU, and
-// a kernel past its watchdog keeps the GPU busy. The run recorded that config as crashed or timeout; a
-// fresh process with the same arguments resumes past it. Every descriptor but stdin/out/err is closed
-// across exec (the driver's among them), so the old context and any kernel still running in it end with
-// the old image instead of living on beside the new one.
-[[noreturn]] void restart_after_crash(const char* why = "crashed") {
-  const char* env = std::getenv("FLASHTUNE_RESTARTS");
-  const int restarts = env ? std::atoi(env) : 0;
-  if (restarts >= kMaxRestarts)
-    throw core::Error("gave up after " + std::to_string(restarts) + " restarts after " + why + " kernels");
-  ::setenv("FLASHTUNE_RESTARTS", std::to_string(restarts + 1).c_str(), 1);
-  std::cerr << "restarting in a fresh process to resume past the " << why << " config (" << restarts + 1 << ")\n";
-  std::cout.flush();
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    const int fd = std::atoi(entry.path().filename().c_str());
-    if (fd > 2) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
-  }
-  ::execv("/proc/self/exe", g_argv);
-  throw core::Error(std::string("could not restart: ") + std::strerror(errno));
-}
-
-// `run --devices 0,1,...`: one worker process per GPU, each `run` again with --device d and its share of
-// the work as a shard (the outer shard, from --shard or the environment, split once more per device). The
-// workers share the database file (SQLite's locks, WAL) and restart themselves after a crash or hang as a
-// single run does. Returns the worst exit status of the workers.
-int run_on_devices(const std::vector<int>& devices, const runner::Shard& outer, bool allow_mixed, bool compile_only) {
-  std::string why;
-  if (!compile_only && cuda::driver_available(&why)) {
-    const int n = cuda::device_count();
-    std::string first_name;
-    for (int d : devices) {
-      if (d < 0 || d >= n) throw core::UserError("--devices: GPU " + std::to_string(d) + " out of range: " + std::to_string(n) + " GPU(s) found");
-      const std::string name = cuda::query_device(d).name;
-      if (first_name.empty()) first_name = name;
-      else if (name != first_name && !allow_mixed)
-        throw core::UserError("--devices: GPU " + std::to_string(devices[0]) + " is " + first_name + " but GPU " +
-                              std::to_string(d) + " is " + name + "; timings of different models do not mix in one "
-                              "tuning (--allow-mixed-gpus to run anyway, each trial keyed by its own GPU)");
-    }
-  }
-  // The worker's arguments: ours without --devices, --shard and --allow-mixed-gpus, then its own.
-  std::vector<std::string> base;
-  for (int i = 0; g_argv[i]; ++i) {
-    const std::string a = g_argv[i];
-    if (a == "--devices" || a == "--shard") {
-      if (!g_argv[++i]) break;
-      continue;
-    }
-    if (a.rfind("--devices=", 0) == 0 || a.rfind("--shard=", 0) == 0 || a == "--allow-mixed-gpus") continue;
-    base.push_back(a);
-  }
-  const int k = int(devices.size());
-  std::vector<pid_t> workers;
-  for (int w = 0; w < k; ++w) {
-    std::vector<std::string> args = base;
-    const runner::Shard mine{outer.index * k + w, outer.count * k, "--devices"};
-    args.insert(args.end(), {"--device", std::to_string(devices[std::size_t(w)]), "--shard", mine.text()});
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    if (const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ); rc != 0)
-      throw core::Error(std::string("could not start the worker for GPU ") + std::to_string(devices[std::size_t(w)]) +
-                        ": " + std::strerror(rc));
-    std::cerr << "worker " << pid << ": GPU " << devices[std::size_t(w)] << ", shard " << mine.text() << '\n';
-    workers.push_back(pid);
-  }
-  int worst = 0;
-  for (std::size_t w = 0; w < workers.size(); ++w) {
-    int st = 0;
-    while (::waitpid(workers[w], &st, 0) < 0 && errno == EINTR) {
-    }
-    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    std::cerr << "worker for GPU " << devices[w] << " ended with status " << code << '\n';
-    worst = std::max(worst, code);
-  }
-  return worst;
-}
 
 std::vector<int> parse_devices(const std::string& text) {
   const std::string bad = "--devices '" + text + "': expected GPU ordinals separated by commas, e.g. 0,1";
@@ -220,7 +134,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
       ("no-prior", "without history, start a learning search from its own random or spread-out proposals instead "
                    "of the analytic cost model's order, and without the model as its prior (bayes's mean; "
                    "harness/kernels/cost_model.hpp; recorded in warm_starts)")
-      ("verbose,v", "also print each trial's registers, spills and compile time");
+      ("verbose,v", "also print each trial's registers, spills and compile time")
+      ("quiet,q", "no progress lines: only the summary at the end");
   po::positional_options_description pos;
   pos.add("experiment", 1);
   po::variables_map vm;
@@ -239,7 +154,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (!vm["device"].defaulted()) throw core::UserError("give --device or --devices, not both");
     if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before starting workers
     const auto outer = vm.count("shard") ? runner::parse_shard(shard) : runner::shard_from_environment(&std::getenv);
-    return run_on_devices(parse_devices(devices), outer, vm.count("allow-mixed-gpus") > 0, vm.count("compile-only") > 0);
+    return runner::run_on_devices(parse_devices(devices), outer, vm.count("allow-mixed-gpus") > 0, vm.count("compile-only") > 0);
   }
   runner::RunOptions ro;
   ro.db_path = db;
@@ -260,58 +175,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
   ro.verbose = vm.count("verbose") > 0;
   ro.warm_start = vm.count("no-warm-start") == 0;
   ro.cost_prior = vm.count("no-prior") == 0;
-  ro.on_hang = [] {  // inside the runner, with the GPU busy: no unwinding through CUDA destructors
-    try {
-      restart_after_crash("timed-out");
-    } catch (const std::exception& e) {
-      std::cerr << "flashtune run: error: " << e.what() << '\n';
-    }
-    std::_Exit(runner::kHangExitStatus);
-  };
   if (!arch.empty()) core::DeviceLimits::for_arch(arch);  // reject a bad arch before any work
 
-  std::signal(SIGINT, [](int) { runner::request_stop(); });
-  std::signal(SIGTERM, [](int) { runner::request_stop(); });
-  const auto s = runner::run_experiment(exp, ro);
-  if (s.poisoned) restart_after_crash();
-
-  std::cout << "\nrun " << s.run_id << " (" << exp.name << ") on " << s.device_key << ": " << s.proposed << " configs";
-  for (const auto& [status, n] : s.by_status) std::cout << ", " << n << " " << status;
-  if (s.resumed) std::cout << ", " << s.resumed << " already recorded";
-  if (s.claimed_elsewhere)
-    std::cout << ", " << s.claimed_elsewhere << " left to another run of the same experiment on this database";
-  if (ro.shard.sharded())
-    std::cout << "; shard " << ro.shard.text() << " (" << ro.shard.source << "), " << s.other_shards
-              << " configs left to the other shards";
-  if (s.pruned_by_constraints) std::cout << "; " << s.pruned_by_constraints << " pruned by constraints";
-  if (s.cannot_run) {
-    std::cout << "; " << s.cannot_run << " cannot run on the device, not proposed (";
-    std::string sep;
-    for (const auto& [kind, n] : s.cannot_run_by_reason) std::cout << sep << n << " x " << kind, sep = ", ";
-    std::cout << ")";
-  }
-  std::cout << (s.interrupted ? " (interrupted)" : "") << '\n';
-  if (!s.best.empty()) {
-    Table t{{"family", "stage", "problem", "best config", "median_us", "GB/s", "of_copy", "TFLOP/s", "max_abs_err"}, {}};
-    for (const auto& b : s.best) {
-      auto num = [](double v, int prec) { std::ostringstream o; o.setf(std::ios::fixed); o.precision(prec); o << v; return o.str(); };
-      t.rows.push_back({b.family, b.stage, b.problem, b.config, num(b.median_ms * 1000, 2), num(b.gbps, 0),
-                        s.copy_gbps > 0 ? num(100 * b.gbps / s.copy_gbps, 1) + "%" : "", num(b.tflops, 2),
-                        num(b.max_abs_err, 9)});
-    }
-    std::cout << '\n';
-    print_table(std::cout, t, Format::table);
-  }
-  if (!s.best.empty()) {  // a backward experiment: its end-to-end score over what this experiment recorded here
-    auto trials = load_trials(db::Store(db, db::Store::Access::read_only));
-    std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != exp.name; });
-    const Table e2e = backward_end_to_end(trials);
-    if (!e2e.rows.empty()) {
-      std::cout << "\nbackward end to end (sum of the tuned stages; also: flashtune query backward " << exp.name << "):\n";
-      print_table(std::cout, e2e, Format::table);
-    }
-  }
-  if (s.copy_gbps > 0) std::cout << "copy bandwidth (device-to-device, read+write): " << static_cast<long>(s.copy_gbps) << " GB/s\n";
+  ConsolePrinter printer(exp.name, db, ro.shard, vm.count("quiet") > 0);
+  ro.printer = &printer;
+  const auto s = runner::run_supervised(exp, ro);  // restarts the process after a crash or hang
   return s.interrupted ? 130 : 0;
 }
 
@@ -711,7 +579,7 @@ int cmd_db(const std::vector<std::string>& args) {
 
 int run_cli(int argc, char** argv) {
   const std::string command_line = joined_command_line(argc, argv);
-  g_argv = argv;
+  runner::remember_arguments(argv);
   if (argc < 2) {
     std::cerr << kUsage;
     return 2;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/core/types.hpp"
+#include "harness/runner/printer.hpp"
 #include "harness/runner/shard.hpp"
 
 namespace flashtune::experiment {
@@ -34,14 +35,18 @@ struct RunOptions {
   int prefetch_threads = 0;
   std::string command_line;                        ///< recorded with the run
   bool verbose = false;                            ///< also print each trial's registers, spills, compile time
-  std::function<void(const std::string&)> print;   ///< where lines go (stderr when empty)
+  std::function<void(const std::string&)> print;   ///< where progress lines go (stderr when empty); no summary
+  /// Where progress lines and the end-of-run summary go (printer.hpp); not owned, must outlive the run.
+  /// Null: a LinePrinter over `print`.
+  Printer* printer = nullptr;
   /// This process's share of the work (shard.hpp). Units: one per (problem, config) for exhaustive and
   /// random, whose proposals do not depend on results, so the shards together run exactly the configs of
   /// one unsharded run (budgets included); one per (study, problem) for the learning strategies.
   Shard shard;
   /// Called after a launch passed its watchdog (MeasureSettings::watchdog_s) and the trial was recorded
-  /// as timeout: the GPU is still busy with it, so the process must end. It should not return (the CLI
-  /// re-executes itself to resume); if it does, or is empty, the process exits with kHangExitStatus.
+  /// as timeout: the GPU is still busy with it, so the process must end (supervisor.hpp, end_after_hang).
+  /// It should not return (run_supervised re-executes the process to resume); if it does, or is empty, the
+  /// process exits with kHangExitStatus.
   std::function<void()> on_hang;
   /// Begin each search from the database's measured neighbours (tuner/warm_start.hpp): same family, stage
   /// and device, other problems. Not for a sharded exhaustive or random study (each shard must propose the
@@ -81,7 +86,8 @@ struct RunSummary {
   bool poisoned = false;  ///< a sticky CUDA error ended GPU work in this process; a new process resumes
 };
 
-/// Runs every study of the experiment and records every trial in the store at opts.db_path.
+/// Runs every study of the experiment and records every trial in the store at opts.db_path. Progress goes to
+/// the printer as it happens, and the summary at the end unless the run was poisoned (the process restarts).
 /// Throws core::UserError for user mistakes found late (device ordinal out of range, bad arch).
 RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& opts);
 
