@@ -25,6 +25,8 @@ struct Case {
   std::vector<std::string> files = {};
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.db << "/" << c.name; }
+
 const fs::path kGoldenDir = fs::path(FT_SOURCE_DIR) / "tests" / "data" / "golden_outputs";
 
 // The fixture's key of attn_fwd at L = 1024, not causal.
