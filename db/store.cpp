@@ -1,7 +1,7 @@
 // db/store.cpp: the Store over SQLite: open (read-write: integrity check, WAL, busy timeout, migrations,
 // dead runs marked; read-only: nothing written), record runs, compiles and trials (one transaction each),
-// claims and the resume lookup, and the CLI's queries (the read-only SQL door: db/sql_guard.cpp; merging
-// databases: db/merge.cpp). Schema: db/schema.sql.
+// claims and the resume lookup (the CLI's typed queries: db/queries.cpp; the read-only SQL door: db/sql_guard.cpp;
+// merging databases: db/merge.cpp). Schema: db/schema.sql.
 #include "db/store.hpp"
 
 #include <nlohmann/json.hpp>
@@ -61,24 +61,6 @@ std::string store_error_message(int code, const std::string& call, const std::st
                                 const char* file, int line) {
   return "sqlite error " + std::to_string(code) + " (" + sqlite3_errstr(code) + "): " + message +
          "; in `" + call + "` at " + short_file(file) + ":" + std::to_string(line);
-}
-
-// SQL that renders a REAL column as text with `digits` significant digits and keeps NULL as NULL.
-std::string fmt(const std::string& col, int digits = 5) {
-  return "CASE WHEN " + col + " IS NULL THEN NULL ELSE printf('%." + std::to_string(digits) + "g', " +
-         col + ") END";
-}
-
-QueryResult collect(Stmt& s) {
-  QueryResult out;
-  for (int i = 0; i < s.columns(); ++i) out.columns.push_back(s.column_name(i));
-  while (s.step()) {
-    std::vector<std::string> row;
-    row.reserve(out.columns.size());
-    for (int i = 0; i < s.columns(); ++i) row.push_back(s.text(i));
-    out.rows.push_back(std::move(row));
-  }
-  return out;
 }
 
 }  // namespace
@@ -416,87 +398,5 @@ std::optional<core::TrialResult> Store::find_trial_result(
   }
   return r;
 }
-
-QueryResult Store::runs() const {
-  Stmt s(m_impl->db,
-         "SELECT r.id, r.started_at AS started, r.experiment_name AS experiment, "
-         "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END AS gpu, r.device_key, "
-         "r.compile_only, r.status, count(t.id) AS trials, "
-         "coalesce(sum(t.status IN ('ok', 'compiled')), 0) AS ok, "
-         "r.owner_host, coalesce(r.owner_pid, 0), r.owner_start "
-         "FROM runs r LEFT JOIN trials t ON t.run_id = r.id GROUP BY r.id ORDER BY r.id");
-  QueryResult q = collect(s);
-  // The owner's three columns are read for liveness and not shown: a run left `running` by a process
-  // that is gone (killed -9, its host rebooted) shows as interrupted even where the file is read-only.
-  constexpr std::size_t kStatus = 6, kOwner = 9;
-  q.columns.resize(kOwner);
-  for (auto& row : q.rows) {
-    if (row[kStatus] == "running" &&
-        liveness({row[kOwner], std::stoll(row[kOwner + 1]), row[kOwner + 2]}) == Liveness::gone)
-      row[kStatus] = "interrupted";
-    row.resize(kOwner);
-  }
-  return q;
-}
-
-QueryResult Store::trials(std::int64_t run_id) const {
-  Stmt s(m_impl->db,
-         "SELECT t.id, t.family, t.stage, p.key AS problem, c.key AS config, t.status, t.reason, " +
-             fmt("t.median_ms") + " AS median_ms, " + fmt("t.iqr_ms") + " AS iqr_ms, " +
-             fmt("t.gbps") + " AS gbps, " + fmt("t.tflops") + " AS tflops, " +
-             fmt("t.max_abs_err", 3) + " AS max_abs_err, k.registers, "
-             "k.spill_store_bytes + k.spill_load_bytes AS spill_bytes, k.shared_static_bytes, " +
-             fmt("k.compile_ms") + " AS compile_ms "
-             "FROM trials t JOIN problems p ON p.id = t.problem_id "
-             "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id "
-             "WHERE t.run_id = ?1 ORDER BY t.id");
-  s.bind(1, run_id);
-  return collect(s);
-}
-
-QueryResult Store::best(const std::string& family_filter) const {
-  Stmt s(m_impl->db,
-         "WITH measured AS ("
-         " SELECT t.*, p.key AS problem, c.key AS config, r.gpu_name AS gpu, r.copy_gbps,"
-         "  row_number() OVER w AS rank, count(*) OVER w AS ok_trials"
-         " FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id"
-         " JOIN configs c ON c.id = t.config_id"
-         " WHERE t.status = 'ok' AND t.median_ms IS NOT NULL AND coalesce(t.stopped_early, 0) = 0"
-         "  AND (?1 = '' OR t.family = ?1)"
-         " WINDOW w AS (PARTITION BY t.family, t.stage, t.problem_id, r.gpu_name"
-         "              ORDER BY t.median_ms, t.id"
-         "              ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING))"
-         " SELECT family, stage, problem, gpu, config, " +
-             fmt("median_ms") + " AS median_ms, " + fmt("iqr_ms") + " AS iqr_ms, " + fmt("gbps") +
-             " AS gbps, " + fmt("tflops") + " AS tflops, " + fmt("max_abs_err", 3) +
-             " AS max_abs_err, run_id, id AS trial_id, source_hash,"
-             " CASE WHEN copy_gbps > 0 AND gbps > 0 THEN printf('%.3f', gbps / copy_gbps) END"
-             " AS copy_ratio, ok_trials"
-             " FROM measured WHERE rank = 1 ORDER BY family, stage, problem, gpu");
-  s.bind(1, family_filter);
-  return collect(s);
-}
-
-QueryResult Store::measurements(std::int64_t run_id, const std::string& family_filter) const {
-  auto full = [](const std::string& col) {
-    return "CASE WHEN " + col + " IS NULL THEN NULL ELSE printf('%.17g', " + col + ") END";
-  };
-  Stmt s(m_impl->db,
-         "SELECT t.id AS trial_id, t.run_id, r.experiment_name AS experiment, r.experiment_path, "
-         "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END AS gpu, t.family, t.stage, "
-         "p.key AS problem, c.key AS config, t.status, t.reason, " +
-             full("t.median_ms") + " AS median_ms, " + full("t.iqr_ms") + " AS iqr_ms, " +
-             full("t.mean_ms") + " AS mean_ms, " + full("t.rel_stdev") + " AS rel_stdev, t.n_samples, " +
-             full("t.tflops") + " AS tflops, " + full("t.gbps") + " AS gbps, " + full("t.max_abs_err") +
-             " AS max_abs_err, " + full("t.tolerance") + " AS tolerance, t.device_bytes, "
-             "coalesce(t.stopped_early, 0) AS stopped_early, t.source_hash, " +
-             full("r.copy_gbps") + " AS copy_gbps "
-             "FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
-             "JOIN configs c ON c.id = t.config_id "
-             "WHERE (?1 = 0 OR t.run_id = ?1) AND (?2 = '' OR t.family = ?2) ORDER BY t.id");
-  s.bind(1, run_id).bind(2, family_filter);
-  return collect(s);
-}
-
 
 }  // namespace flashtune::db

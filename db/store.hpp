@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/rows.hpp"
 #include "harness/core/types.hpp"
 
 namespace flashtune::db {
@@ -68,23 +69,13 @@ struct PeerRecord {
   std::optional<std::int64_t> device_bytes;    ///< [bytes] allocated by the timed call
 };
 
-// A recorded peer measurement with its run's GPU, typed (read by Store::peer_trials; nothing is parsed back).
-struct PeerRow {
-  std::int64_t id = 0, run_id = 0;
-  std::string experiment, gpu, device_key, peer, library, pass, problem /* key */, status, reason;
-  std::optional<double> median_ms, rel_stdev, tflops, max_abs_err, tolerance;  // [ms] [TFLOP/s]
-  std::int64_t n_samples = 0;
-  std::optional<std::int64_t> device_bytes;  ///< [bytes]
-  bool measured() const { return status == "ok" && median_ms.has_value(); }
-};
-
-// A query's result as text, ready to print as a table, CSV or JSON. SQL NULL becomes "".
 /// The problem a problems.json value describes ({"dims": {...}, "dtype": "bf16"}, as Store writes it). Throws
 /// core::Error naming what is wrong when the text is not such an object.
 core::Problem problem_from_json(const std::string& json);
 /// `text` as an SQL string literal ('it''s'), for the conditions given to Store::sql.
 std::string sql_quote(const std::string& text);
 
+// The result of Store::sql (the user's own SELECT) as text, ready to print as a table, CSV or JSON. SQL NULL is "".
 struct QueryResult {
   std::vector<std::string> columns;
   std::vector<std::vector<std::string>> rows;
@@ -222,25 +213,18 @@ class Store {
   /// The same for merging into `output`, which need not exist yet: check every input before creating it.
   static void check_merge_source(const std::filesystem::path& source, const std::filesystem::path& output);
 
-  // Queries for the CLI. Times [ms], rates and errors are text with 5 (errors 3) significant digits.
-  /// id, started, experiment, gpu, device_key, compile_only, status, trials, ok (ok or compiled).
-  /// A run recorded `running` whose owner process is gone (owner.hpp) shows as `interrupted` (a
-  /// read-write open records that; a read-only one only shows it).
-  QueryResult runs() const;
-  /// The run's trials in order: id, family, stage, problem, config, status, reason, median_ms,
-  /// iqr_ms, gbps, tflops, max_abs_err, registers, spill_bytes, shared_static_bytes, compile_ms.
-  QueryResult trials(std::int64_t run_id) const;
-  /// Per (family, stage, problem key (includes dtype), gpu_name): the config with the lowest median
-  /// among trials with status ok that were measured to the end (not stopped early). Columns: family,
-  /// stage, problem, gpu, config, median_ms, iqr_ms, gbps, tflops, max_abs_err, run_id, trial_id,
-  /// source_hash, copy_ratio (gbps / run's copy_gbps; "" when unknown), ok_trials.
-  /// family_filter: exact family name; empty: all families.
-  QueryResult best(const std::string& family_filter = "") const;
-  /// Every trial (run_id 0: of every run; family "": of every family) in id order, numbers at full
-  /// precision (%.17g) for computing on: trial_id, run_id, experiment, experiment_path, gpu, family,
-  /// stage, problem, config, status, reason, median_ms, iqr_ms, mean_ms, rel_stdev, n_samples, tflops,
-  /// gbps, max_abs_err, tolerance, device_bytes, stopped_early, source_hash, copy_gbps.
-  QueryResult measurements(std::int64_t run_id = 0, const std::string& family_filter = "") const;
+  // Queries for the CLI, in typed rows (db/rows.hpp; db/queries.cpp): the CLI formats them.
+  /// Every run in id order with its trial counts. A run recorded `running` whose owner process is gone (owner.hpp)
+  /// shows as `interrupted` (a read-write open records that; a read-only one only shows it).
+  std::vector<RunRow> runs() const;
+  /// Every trial (run_id 0: of every run; family "": of every family) in id order, with its run (experiment, GPU,
+  /// copy bandwidth) and its compile's resources. The REALs keep 16 significant digits: what the text layer before
+  /// these rows handed the CLI (SQLite's printf('%.17g')), so that every output stays byte-identical to it.
+  std::vector<TrialRow> trials(std::int64_t run_id = 0, const std::string& family_filter = "") const;
+  /// Per (family, stage, problem key (includes dtype), GPU name): the trial with the lowest median (then the lowest
+  /// id) among trials with status ok measured to the end (not stopped early), ordered by those keys; with the
+  /// copy ratio and the group's count of such trials. family_filter: exact family name; empty: all families.
+  std::vector<BestRow> best(const std::string& family_filter = "") const;
   /// Runs one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA that only reads).
   /// Anything that could write (INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, PRAGMA x = y),
   /// or more than one statement, is refused with core::UserError before it runs.

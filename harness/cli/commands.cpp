@@ -22,6 +22,7 @@
 #include "harness/cli/peers.hpp"
 #include "harness/cli/report.hpp"
 #include "harness/cli/results.hpp"
+#include "harness/cli/row_tables.hpp"
 #include "harness/cli/run_printer.hpp"
 #include "harness/cli/table.hpp"
 #include "harness/core/types.hpp"
@@ -287,22 +288,23 @@ std::map<std::string, std::string> strategies_of_run(const std::vector<TrialRow>
 // Why `query best` found nothing: best ranks only trials with status ok measured to the end on a GPU,
 // which a compile-only run (the quick start without a GPU) never records. One line naming the runs.
 std::string why_no_best(const db::Store& store, const std::string& family) {
-  const auto runs = store.runs();  // id, started, experiment, gpu, device_key, compile_only, status, trials, ok
-  if (runs.rows.empty()) return "no measured trials: the database holds no runs yet (flashtune run EXPERIMENT.yaml)";
+  const auto runs = store.runs();
+  if (runs.empty()) return "no measured trials: the database holds no runs yet (flashtune run EXPERIMENT.yaml)";
   std::string line = "no measured trials" + (family.empty() ? std::string() : " of family " + family) + ": ";
   std::size_t shown = 0;
   bool compile_only = false;
-  for (const auto& r : runs.rows) {
+  for (const auto& r : runs) {
     if (shown == 4) {
-      line += "; ... (" + std::to_string(runs.rows.size() - shown) + " more runs: flashtune query runs)";
+      line += "; ... (" + std::to_string(runs.size() - shown) + " more runs: flashtune query runs)";
       break;
     }
-    line += (shown++ ? "; " : "") + std::string("run ") + r[0] + " (" + r[2] + ")";
-    if (r[5] == "1") {
+    const std::string id = std::to_string(r.id), trials = std::to_string(r.trials);
+    line += (shown++ ? "; " : "") + std::string("run ") + id + " (" + r.experiment + ")";
+    if (r.compile_only) {
       compile_only = true;
-      line += " was compile-only (" + r[7] + " trials, " + r[8] + " compiled, none timed)";
+      line += " was compile-only (" + trials + " trials, " + std::to_string(r.ok) + " compiled, none timed)";
     } else {
-      line += " has " + r[7] + " trials, none ok and measured to the end (flashtune query trials " + r[0] + ")";
+      line += " has " + trials + " trials, none ok and measured to the end (flashtune query trials " + id + ")";
     }
   }
   if (compile_only)
@@ -355,18 +357,18 @@ int cmd_query(const std::vector<std::string>& args) {
   };
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db, db::Store::Access::read_only);
-  if (what == "runs") print_table(std::cout, to_table(store.runs()), f);
+  if (what == "runs") print_table(std::cout, runs_table(store.runs()), f);
   else if (what == "trials") {
-    print_table(std::cout, to_table(store.trials(run_id_arg(what, arg))), f);
+    print_table(std::cout, trials_table(store.trials(run_id_arg(what, arg))), f);
   } else if (what == "best") {
     const auto best = store.best(family);
-    print_table(std::cout, to_table(best), f);
-    if (best.rows.empty()) (f == Format::table ? std::cout : std::cerr) << why_no_best(store, family) << '\n';
+    print_table(std::cout, best_table(best), f);
+    if (best.empty()) (f == Format::table ? std::cout : std::cerr) << why_no_best(store, family) << '\n';
   }
   else if (what == "compare") {
     need(2, "two run ids: RUN_A RUN_B");
     const auto a = run_id_arg(what, rest[0]), b = run_id_arg(what, rest[1]);
-    const auto ta = load_trials(store, a), tb = load_trials(store, b);
+    const auto ta = store.trials(a), tb = store.trials(b);
     if (ta.empty()) throw core::UserError("query compare: run " + rest[0] + " has no trials");
     if (tb.empty()) throw core::UserError("query compare: run " + rest[1] + " has no trials");
     std::string summary;
@@ -374,19 +376,19 @@ int cmd_query(const std::vector<std::string>& args) {
     (f == Format::table ? std::cout : std::cerr) << "A = run " << a << ", B = run " << b << ". " << summary << '\n';
   } else if (what == "convergence") {
     need(1, "a run id");
-    const auto trials = load_trials(store, run_id_arg(what, arg));
+    const auto trials = store.trials(run_id_arg(what, arg));
     if (trials.empty()) throw core::UserError("query convergence: run " + arg + " has no trials");
     print_table(std::cout, convergence(trials, strategies_of_run(trials)), f);
   } else if (what == "config" || what == "problem") {
     need(2, std::string("FAMILY and a ") + (what == "config" ? "config key (block_m=64,num_warps=4)" : "problem key (rows=4096,cols=4096,dtype=f32)"));
-    const auto trials = load_trials(store, 0, rest[0]);
+    const auto trials = store.trials(0, rest[0]);
     if (trials.empty()) throw core::UserError("query " + what + ": no trials of family '" + rest[0] + "'");
     const Table t = what == "config" ? config_across_problems(trials, rest[0], rest[1]) : problem_configs(trials, rest[0], rest[1]);
     if (t.rows.empty()) throw core::UserError("query " + what + ": no trial of " + rest[0] + " matches '" + rest[1] + "'");
     print_table(std::cout, t, f);
   } else if (what == "backward") {
     if (rest.size() > 1) throw core::UserError("query backward takes at most one experiment name");
-    auto trials = load_trials(store);
+    auto trials = store.trials();
     if (!arg.empty())
       std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != arg; });
     const Table t = backward_end_to_end(trials);
@@ -403,7 +405,7 @@ int cmd_query(const std::vector<std::string>& args) {
     if (peers.empty())
       throw core::UserError("query peers: no peer measurements" + (arg.empty() ? "" : " of experiment '" + arg + "'") +
                             " (flashtune peers EXPERIMENT.yaml records them)");
-    print_table(std::cout, peers_table(load_trials(store), peers), f);
+    print_table(std::cout, peers_table(store.trials(), peers), f);
   } else if (what == "sql") {
     if (arg.empty()) throw core::UserError("query sql needs a SELECT statement");
     print_table(std::cout, to_table(store.sql(arg)), f);
@@ -433,7 +435,7 @@ int cmd_export(const std::vector<std::string>& args) {
                           format + "'");
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db, db::Store::Access::read_only);
-  const auto trials = load_trials(store, 0, course ? "" : family);
+  const auto trials = store.trials(0, course ? "" : family);
   const auto best = best_per_problem(trials);
   std::string text;
   if (format == "json") text = export_json(best);
@@ -471,7 +473,7 @@ int cmd_grade(const std::vector<std::string>& args) {
   if (!std::filesystem::exists(db)) throw core::UserError("database " + db + " does not exist (run an experiment first)");
   db::Store store(db, db::Store::Access::read_only);
   int failed = 0;
-  std::cout << gstar_report(load_trials(store, run), &failed, store.peer_trials());
+  std::cout << gstar_report(store.trials(run), &failed, store.peer_trials());
   return failed > 0 ? 1 : 0;  // like a test runner: a failed case fails the command
 }
 
@@ -511,11 +513,11 @@ int cmd_report(const std::vector<std::string>& args) {
   long long id = 0;
   try { id = std::stoll(what, &used); } catch (const std::exception&) { used = 0; }
   if (used == what.size() && id > 0) {
-    trials = load_trials(store, id);
+    trials = store.trials(id);
     if (trials.empty()) throw core::UserError("report: run " + what + " has no trials (flashtune query runs lists them)");
     title = "run " + what + " (" + trials.front().experiment + ")";
   } else {
-    for (auto& t : load_trials(store))
+    for (auto& t : store.trials())
       if (t.experiment == what) trials.push_back(std::move(t));
     if (trials.empty()) throw core::UserError("report: '" + what + "' is neither a run id nor the name of an experiment with trials");
     title = "experiment " + what;

@@ -425,7 +425,7 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
   store.finish_run(run_id, complete ? "finished" : "interrupted");
   std::cerr << "run " << run_id << ": " << parsed.records.size() << " peer measurement(s) on " << parsed.gpu_name << " ("
             << parsed.libraries << ") recorded in " << db_path << '\n';
-  print_table(std::cout, peers_table(load_trials(store), store.peer_trials(run_id)), Format::table);
+  print_table(std::cout, peers_table(store.trials(), store.peer_trials(run_id)), Format::table);
   if (!complete) {
     std::cerr << "flashtune.peers " << (timed_out ? "ran past --timeout" : "exited with status " + std::to_string(child_status))
               << ": what it measured is recorded; its files stay in " << work.string() << '\n';

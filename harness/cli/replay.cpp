@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
 #include "db/store.hpp"
 #include "harness/kernels/cost_model.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/results.hpp"
 #include "harness/cli/table.hpp"
 #include "tuner/replay.hpp"
 #include "tuner/strategy.hpp"
@@ -60,35 +62,33 @@ core::Config parse_config_key(const std::string& key) {
 }
 
 // The recorded surfaces: one per (family, stage, problem, device, kernel source), each config's latest
-// trial. `where` selects the trials (an SQL condition on trials t).
-std::vector<tuner::Surface> load_surfaces(const std::string& db_path, const std::string& where, const std::string& what) {
+// trial, of the trials of run `run_id` (0: every run) that are not compile-only and whose experiment, family and
+// problem key are the ones given ("": any).
+std::vector<tuner::Surface> load_surfaces(const std::string& db_path, std::int64_t run_id, const std::string& experiment,
+                                          const std::string& family, const std::string& problem, const std::string& what) {
   if (!std::filesystem::exists(db_path)) throw core::UserError("database " + db_path + " does not exist");
   db::Store store(db_path, db::Store::Access::read_only);
-  const auto q = store.sql(
-      "SELECT t.family, t.stage, p.key, t.device_key, t.source_hash, c.key, t.status, "
-      "CASE WHEN t.median_ms IS NULL THEN '' ELSE printf('%.17g', t.median_ms) END, "
-      "coalesce(t.stopped_early, 0), t.run_id, p.json "
-      "FROM trials t JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id "
-      "WHERE " + where + " ORDER BY t.id");
   using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
   std::map<Key, std::map<std::string, core::TrialResult>> groups;  // config key -> latest result
   std::map<Key, std::set<std::string>> runs;
-  std::map<Key, std::string> problem_json;
   std::vector<Key> order;
-  for (const auto& row : q.rows) {
-    const Key k{row[0], row[1], row[2], row[3], row[4]};
-    if (!groups.count(k)) order.push_back(k), problem_json[k] = row[10];
+  for (const auto& t : store.trials(run_id, family)) {
+    if (t.status == "compiled" || (!experiment.empty() && t.experiment != experiment) ||
+        (!problem.empty() && t.problem != problem))
+      continue;
+    const Key k{t.family, t.stage, t.problem, t.device_key, t.source_hash};
+    if (!groups.count(k)) order.push_back(k);
     core::TrialResult r;
-    const auto status = core::parse_trial_status(row[6]);
-    if (!status) throw core::Error("replay: trial with unknown status '" + row[6] + "'");
+    const auto status = core::parse_trial_status(t.status);
+    if (!status) throw core::Error("replay: trial with unknown status '" + t.status + "'");
     r.status = *status;
-    if (!row[7].empty()) {
+    if (t.median_ms) {
       r.timing = core::Timing{};
-      r.timing->median_ms = std::stod(row[7]);
-      r.timing->stopped_early = row[8] == "1";
+      r.timing->median_ms = *t.median_ms;
+      r.timing->stopped_early = t.stopped_early;
     }
-    groups[k][row[5]] = r;
-    runs[k].insert(row[9]);
+    groups[k][t.config] = r;
+    runs[k].insert(std::to_string(t.run_id));
   }
   std::vector<tuner::Surface> out;
   for (const auto& k : order) {
@@ -97,12 +97,7 @@ std::vector<tuner::Surface> load_surfaces(const std::string& db_path, const std:
     for (const auto& r : runs[k]) run_list += (run_list.empty() ? "" : ",") + r;
     s.name = std::get<0>(k) + "/" + std::get<1>(k) + " " + std::get<2>(k) + " on " + std::get<3>(k) + " (run " + run_list + ")";
     s.family = std::get<0>(k), s.stage = std::get<1>(k), s.problem = std::get<2>(k), s.device_key = std::get<3>(k);
-    try {
-      const core::Problem p = db::problem_from_json(problem_json[k]);
-      s.dims = p.dims, s.dtype = std::string(core::to_string(p.dtype));
-    } catch (const core::Error& e) {
-      throw core::Error("replay: problem " + s.problem + ": " + e.what());
-    }
+    s.dims = parse_dims(s.problem, &s.dtype);
     // The runner proposes only configs that can run on the device (can_run): the others are not trials a
     // search spends, so the surface is the runnable space.
     for (const auto& [config, result] : groups[k]) {
@@ -230,15 +225,14 @@ int cmd_replay(const std::vector<std::string>& args) {
     for (const auto& n : synthetic == "all" ? tuner::synthetic_surface_names() : split(synthetic, ','))
       surfaces.push_back(tuner::synthetic_surface(n, noise_seed));
   } else {
-    std::string where = "t.status <> 'compiled'", what = "all runs";
-    if (vm.count("run")) where += " AND t.run_id = " + std::to_string(run), what = "run " + std::to_string(run);
-    if (!experiment.empty()) where += " AND t.experiment_name = " + db::sql_quote(experiment), what = "experiment " + experiment;
-    // With --warm-start every surface of the run or experiment is history; --family and --problem pick targets.
-    if (!family.empty() && !warm) where += " AND t.family = " + db::sql_quote(family);
-    if (!problem.empty() && !warm) where += " AND p.key = " + db::sql_quote(problem);
+    std::string what = "all runs";
+    if (vm.count("run") && run <= 0) throw core::UserError("replay --run needs a run id (flashtune query runs lists them)");
+    if (vm.count("run")) what = "run " + std::to_string(run);
+    if (!experiment.empty()) what = "experiment " + experiment;
     if (!family.empty()) what += ", family " + family;
     if (!problem.empty()) what += ", problem " + problem;
-    surfaces = load_surfaces(db, where, what);
+    // With --warm-start every surface of the run or experiment is history; --family and --problem pick targets.
+    surfaces = load_surfaces(db, vm.count("run") ? run : 0, experiment, warm ? "" : family, warm ? "" : problem, what);
   }
   std::vector<tuner::Surface> history = warm ? surfaces : std::vector<tuner::Surface>{};
   std::erase_if(surfaces, [&](const tuner::Surface& s) {

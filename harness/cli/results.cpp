@@ -1,6 +1,5 @@
 // harness/cli/results.cpp: compare, convergence, config-across-problems and best-per-problem over the
-// trials read by db::Store::measurements(). Pure computation on TrialRow; the only database call is
-// load_trials.
+// trials read by db::Store::trials(). Pure computation on TrialRow; no database calls.
 #include "harness/cli/results.hpp"
 
 #include <algorithm>
@@ -11,20 +10,12 @@
 #include <sstream>
 #include <tuple>
 
-#include "db/store.hpp"
 #include "harness/core/types.hpp"
 #include "harness/kernels/attn_bwd_ways.hpp"
 
 namespace flashtune::cli {
 
 namespace {
-
-std::optional<double> opt_num(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  return std::stod(s);
-}
-
-std::int64_t int_or_zero(const std::string& s) { return s.empty() ? 0 : std::stoll(s); }
 
 std::map<std::string, std::int64_t> parse_pairs(const std::string& key, std::string* dtype) {
   std::map<std::string, std::int64_t> out;
@@ -55,55 +46,11 @@ std::string pct(double v) {
 
 }  // namespace
 
-double TrialRow::rel_noise() const {
-  if (rel_stdev && *rel_stdev >= 0) return *rel_stdev;
-  if (iqr_ms && median_ms && *median_ms > 0) return *iqr_ms / *median_ms;
-  return 0;
-}
-
 std::string num(std::optional<double> v, int digits) {
   if (!v) return "";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", digits, *v);
   return buf;
-}
-
-std::vector<TrialRow> load_trials(const db::Store& store, std::int64_t run_id, const std::string& family) {
-  const auto q = store.measurements(run_id, family);
-  std::map<std::string, std::size_t> col;
-  for (std::size_t i = 0; i < q.columns.size(); ++i) col[q.columns[i]] = i;
-  std::vector<TrialRow> out;
-  out.reserve(q.rows.size());
-  for (const auto& r : q.rows) {
-    auto s = [&](const char* name) -> const std::string& { return r.at(col.at(name)); };
-    TrialRow t;
-    t.trial_id = int_or_zero(s("trial_id"));
-    t.run_id = int_or_zero(s("run_id"));
-    t.experiment = s("experiment");
-    t.experiment_path = s("experiment_path");
-    t.gpu = s("gpu");
-    t.family = s("family");
-    t.stage = s("stage");
-    t.problem = s("problem");
-    t.config = s("config");
-    t.status = s("status");
-    t.reason = s("reason");
-    t.median_ms = opt_num(s("median_ms"));
-    t.iqr_ms = opt_num(s("iqr_ms"));
-    t.mean_ms = opt_num(s("mean_ms"));
-    t.rel_stdev = opt_num(s("rel_stdev"));
-    t.n_samples = int_or_zero(s("n_samples"));
-    t.tflops = opt_num(s("tflops"));
-    t.gbps = opt_num(s("gbps"));
-    t.max_abs_err = opt_num(s("max_abs_err"));
-    t.tolerance = opt_num(s("tolerance"));
-    t.device_bytes = int_or_zero(s("device_bytes"));
-    t.stopped_early = s("stopped_early") == "1";
-    t.source_hash = s("source_hash");
-    t.copy_gbps = opt_num(s("copy_gbps"));
-    out.push_back(std::move(t));
-  }
-  return out;
 }
 
 std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype) {

@@ -1,5 +1,5 @@
 // harness/cli/results.hpp: questions asked of recorded trials (compare two runs, convergence, one config
-// across problems, the best per problem) computed in C++ over db::Store::measurements(). Shared by the
+// across problems, the best per problem) computed in C++ over the typed rows of db::Store::trials(). Shared by the
 // query, export, grade and report subcommands so they all agree on "best" and "noise".
 #pragma once
 
@@ -10,32 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "db/rows.hpp"
 #include "harness/cli/table.hpp"
-
-namespace flashtune::db {
-class Store;
-}
 
 namespace flashtune::cli {
 
-// One recorded trial, numbers at full precision. Optional numbers are absent when NULL in the database.
-struct TrialRow {
-  std::int64_t trial_id = 0, run_id = 0;
-  std::string experiment, experiment_path, gpu, family, stage, problem, config, status, reason;
-  std::optional<double> median_ms, iqr_ms, mean_ms, rel_stdev, tflops, gbps, max_abs_err, tolerance;  // [ms] [TFLOP/s] [GB/s]
-  std::int64_t n_samples = 0, device_bytes = 0;  ///< device_bytes [bytes]; 0 unknown
-  bool stopped_early = false;
-  std::string source_hash;
-  std::optional<double> copy_gbps;  ///< [GB/s] the run's measured copy bandwidth
-
-  /// ok, with a median, and measured to the end (not abandoned against an incumbent).
-  bool measured() const { return status == "ok" && median_ms.has_value() && !stopped_early; }
-  /// Relative noise of the median: rel_stdev when recorded, else iqr / median; 0 when unknown.
-  double rel_noise() const;
-};
-
-/// Trials of one run (0: all runs) and family ("": all), in id order.
-std::vector<TrialRow> load_trials(const db::Store& store, std::int64_t run_id = 0, const std::string& family = "");
+// One recorded trial, as db::Store::trials() reads it.
+using db::TrialRow;
 
 /// "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when given).
 std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype = nullptr);

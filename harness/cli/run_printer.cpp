@@ -44,7 +44,7 @@ void ConsolePrinter::summary(const runner::RunSummary& s) {
     print_table(std::cout, t, Format::table);
   }
   if (!s.best.empty()) {  // a backward experiment: its end-to-end score over what this experiment recorded here
-    auto trials = load_trials(db::Store(m_db, db::Store::Access::read_only));
+    auto trials = db::Store(m_db, db::Store::Access::read_only).trials();
     std::erase_if(trials, [&](const TrialRow& t) { return t.experiment != m_experiment; });
     const Table e2e = backward_end_to_end(trials);
     if (!e2e.rows.empty()) {

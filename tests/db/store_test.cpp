@@ -206,15 +206,6 @@ db::TrialRecord trial(std::int64_t run_id, const core::Config& cfg, core::TrialS
   return t;
 }
 
-std::size_t column(const QueryResult& q, const std::string& name) {
-  const auto it = std::find(q.columns.begin(), q.columns.end(), name);
-  if (it == q.columns.end()) throw std::runtime_error("no column " + name);
-  return static_cast<std::size_t>(it - q.columns.begin());
-}
-std::string cell(const QueryResult& q, std::size_t row, const std::string& name) {
-  return q.rows.at(row).at(column(q, name));
-}
-
 }  // namespace
 
 TEST_F(StoreTest, RoundTripKeepsEveryField) {
@@ -241,13 +232,16 @@ TEST_F(StoreTest, RoundTripKeepsEveryField) {
   }
   Store store(db_path());  // reopened: everything was committed
 
-  const QueryResult runs = store.runs();
-  ASSERT_EQ(runs.rows.size(), 1u);
-  EXPECT_EQ(cell(runs, 0, "experiment"), "weighted_row_sum_sweep");
-  EXPECT_EQ(cell(runs, 0, "gpu"), "NVIDIA H100 80GB HBM3");
-  EXPECT_EQ(cell(runs, 0, "status"), "finished");
-  EXPECT_EQ(cell(runs, 0, "trials"), "1");
-  EXPECT_EQ(cell(runs, 0, "ok"), "1");
+  const auto runs = store.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].id, run);
+  EXPECT_EQ(runs[0].experiment, "weighted_row_sum_sweep");
+  EXPECT_EQ(runs[0].gpu, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(runs[0].device_key, "h100-sm_90a");
+  EXPECT_FALSE(runs[0].compile_only);
+  EXPECT_EQ(runs[0].status, "finished");
+  EXPECT_EQ(runs[0].trials, 1);
+  EXPECT_EQ(runs[0].ok, 1);
 
   const QueryResult r = store.sql(
       "SELECT experiment_path, experiment_hash, command_line, host, gpu_uuid, driver_version, "
@@ -259,19 +253,36 @@ TEST_F(StoreTest, RoundTripKeepsEveryField) {
                               "GPU-1234", "12.8", "13.0", "13.0", "abc123", "h100-sm_90a", "0",
                               "2500.0", "1", "32"}));
 
-  const QueryResult tr = store.trials(run);
-  ASSERT_EQ(tr.rows.size(), 1u);
-  EXPECT_EQ(cell(tr, 0, "family"), "weighted_row_sum");
-  EXPECT_EQ(cell(tr, 0, "stage"), "fwd");
-  EXPECT_EQ(cell(tr, 0, "problem"), "cols=4096,rows=16384,dtype=f16");
-  EXPECT_EQ(cell(tr, 0, "config"), "block=256,vec=4");
-  EXPECT_EQ(cell(tr, 0, "status"), "ok");
-  EXPECT_EQ(cell(tr, 0, "median_ms"), "0.5");
-  EXPECT_EQ(cell(tr, 0, "gbps"), "200");
-  EXPECT_EQ(cell(tr, 0, "registers"), "40");
-  EXPECT_EQ(cell(tr, 0, "spill_bytes"), "20");
-  EXPECT_EQ(cell(tr, 0, "shared_static_bytes"), "1024");
-  EXPECT_EQ(cell(tr, 0, "compile_ms"), "123.5");
+  const auto tr = store.trials(run);
+  ASSERT_EQ(tr.size(), 1u);
+  EXPECT_EQ(tr[0].trial_id, trial_id);
+  EXPECT_EQ(tr[0].run_id, run);
+  EXPECT_EQ(tr[0].experiment, "weighted_row_sum_sweep");
+  EXPECT_EQ(tr[0].experiment_path, "experiments/weighted_row_sum_sweep.yaml");
+  EXPECT_EQ(tr[0].gpu, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(tr[0].family, "weighted_row_sum");
+  EXPECT_EQ(tr[0].stage, "fwd");
+  EXPECT_EQ(tr[0].problem, "cols=4096,rows=16384,dtype=f16");
+  EXPECT_EQ(tr[0].config, "block=256,vec=4");
+  EXPECT_EQ(tr[0].status, "ok");
+  EXPECT_EQ(tr[0].reason, "");
+  EXPECT_EQ(tr[0].median_ms, 0.5);
+  EXPECT_EQ(tr[0].gbps, 200.0);
+  EXPECT_EQ(tr[0].tflops, 2.0);
+  EXPECT_EQ(tr[0].n_samples, 3);
+  EXPECT_FALSE(tr[0].stopped_early);
+  EXPECT_TRUE(tr[0].measured());
+  EXPECT_DOUBLE_EQ(tr[0].rel_noise(), 0.01);
+  EXPECT_EQ(tr[0].source_hash, "src1");
+  EXPECT_EQ(tr[0].device_key, "h100-sm_90a");
+  EXPECT_EQ(tr[0].copy_gbps, 2500.0);
+  EXPECT_EQ(tr[0].registers, 40);
+  EXPECT_EQ(tr[0].spill_bytes, 20);
+  EXPECT_EQ(tr[0].shared_static_bytes, 1024);
+  EXPECT_EQ(tr[0].compile_ms, 123.5);
+  EXPECT_EQ(store.trials(run, "softmax").size(), 0u);
+  EXPECT_EQ(store.trials(0, "weighted_row_sum").size(), 1u);
+  EXPECT_EQ(store.trials(run + 1).size(), 0u);
 
   const QueryResult t = store.sql(
       "SELECT seed, median_ms, iqr_ms, min_ms, max_ms, mean_ms, rel_stdev, converged, cold, "
@@ -317,10 +328,11 @@ TEST_F(StoreTest, RoundTripKeepsEveryField) {
                                   "c.hash FROM problems p, configs c");
   EXPECT_EQ(p.rows.at(0), (std::vector<std::string>{"16384", "f16", "256", core::hash_hex("block=256,vec=4")}));
 
-  const QueryResult b = store.best();
-  ASSERT_EQ(b.rows.size(), 1u);
-  EXPECT_EQ(cell(b, 0, "trial_id"), std::to_string(trial_id));
-  EXPECT_EQ(cell(b, 0, "copy_ratio"), "0.080");  // 200 / 2500
+  const auto b = store.best();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].trial.trial_id, trial_id);
+  EXPECT_DOUBLE_EQ(b[0].copy_ratio.value_or(0), 0.08);  // 200 / 2500
+  EXPECT_EQ(b[0].ok_trials, 1);
 }
 
 TEST_F(StoreTest, BestPicksLowestOkMedianAndIgnoresIncorrectCrashedAndStoppedEarly) {
@@ -346,25 +358,25 @@ TEST_F(StoreTest, BestPicksLowestOkMedianAndIgnoresIncorrectCrashedAndStoppedEar
   other_family.family = "softmax";
   store.record_trial(other_family);
 
-  const QueryResult b = store.best("weighted_row_sum");
-  ASSERT_EQ(b.rows.size(), 2u);
-  EXPECT_EQ(cell(b, 0, "problem"), "cols=4096,rows=16384,dtype=f16");
-  EXPECT_EQ(cell(b, 0, "config"), "block=128,vec=4");
-  EXPECT_EQ(cell(b, 0, "trial_id"), std::to_string(winner));
-  EXPECT_EQ(cell(b, 0, "median_ms"), "1.5");
-  EXPECT_EQ(cell(b, 0, "ok_trials"), "2");
-  EXPECT_EQ(cell(b, 0, "copy_ratio"), "");  // no copy bandwidth measured
-  EXPECT_EQ(cell(b, 1, "problem"), "cols=4096,rows=16384,dtype=f32");
-  EXPECT_EQ(cell(b, 1, "trial_id"), std::to_string(other_problem_id));
-  EXPECT_EQ(store.best().rows.size(), 3u);
-  EXPECT_EQ(store.best("no_such_family").rows.size(), 0u);
+  const auto b = store.best("weighted_row_sum");
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].trial.problem, "cols=4096,rows=16384,dtype=f16");
+  EXPECT_EQ(b[0].trial.config, "block=128,vec=4");
+  EXPECT_EQ(b[0].trial.trial_id, winner);
+  EXPECT_EQ(b[0].trial.median_ms, 1.5);
+  EXPECT_EQ(b[0].ok_trials, 2);
+  EXPECT_FALSE(b[0].copy_ratio);  // no copy bandwidth measured
+  EXPECT_EQ(b[1].trial.problem, "cols=4096,rows=16384,dtype=f32");
+  EXPECT_EQ(b[1].trial.trial_id, other_problem_id);
+  EXPECT_EQ(store.best().size(), 3u);
+  EXPECT_EQ(store.best("no_such_family").size(), 0u);
 
   // The same problem on another GPU is ranked separately.
   auto h200 = run_info();
   h200.gpu_name = "NVIDIA H200";
   const auto run2 = store.begin_run(h200);
   store.record_trial(trial(run2, config(64), TrialStatus::ok, 9.0));
-  EXPECT_EQ(store.best("weighted_row_sum").rows.size(), 3u);
+  EXPECT_EQ(store.best("weighted_row_sum").size(), 3u);
 }
 
 TEST_F(StoreTest, FindTrialResumesOnlyTheSameSourceAndDevice) {
@@ -489,7 +501,7 @@ TEST_F(StoreTest, RejectsBadRunsWithoutLeavingPartialRows) {
   EXPECT_THROW(store.finish_run(run + 1, "failed"), core::Error);
   EXPECT_THROW(store.set_copy_bandwidth(run + 1, 1.0), core::Error);
   store.finish_run(run, "interrupted");
-  EXPECT_EQ(cell(store.runs(), 0, "status"), "interrupted");
+  EXPECT_EQ(store.runs().at(0).status, "interrupted");
 }
 
 TEST_F(StoreTest, StoreErrorCarriesCodeCallAndLocation) {
@@ -530,7 +542,7 @@ TEST_F(StoreTest, TrialSurvivesTheProcessBeingKilled) {
                              config(256).key(), "src1", "h100-sm_90a"),
             core::TrialStatus::ok);
   // Never finished, and its process is gone: marked interrupted (issue 23; it stayed 'running' forever).
-  EXPECT_EQ(cell(store.runs(), 0, "status"), "interrupted");
+  EXPECT_EQ(store.runs().at(0).status, "interrupted");
   EXPECT_EQ(store.sql("SELECT status, finished_at IS NOT NULL FROM runs").rows.at(0),
             (std::vector<std::string>{"interrupted", "1"}));
 }
@@ -608,7 +620,7 @@ TEST_F(StoreTest, TwoProcessesWriteConcurrentlyWithoutLosingTrials) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   Store store(db_path());
   EXPECT_EQ(store.sql("SELECT count(*) FROM trials").rows.at(0).at(0), std::to_string(2 * kPerProcess));
-  EXPECT_EQ(store.runs().rows.size(), 2u);
+  EXPECT_EQ(store.runs().size(), 2u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -869,7 +881,7 @@ TEST_F(StoreTest, Version3DatabaseWithDuplicateTrialsMigratesKeepingEveryRow) {
   const auto key = db::ResumeKey{"dup", "fwd", "softmax", "rows=8,dtype=f32", "block=32", "s", "a100"};
   EXPECT_EQ(store.claim_trial(store.begin_run(run_info()), key).outcome, db::Claim::Outcome::recorded);
   // Pre-v4 runs have no owner: their liveness is unknown and they stay as recorded.
-  EXPECT_EQ(cell(store.runs(), 0, "status"), "running");
+  EXPECT_EQ(store.runs().at(0).status, "running");
 }
 
 // A read-only open never writes: not the journal mode, not a migration, not a dead run's status.
@@ -882,8 +894,8 @@ TEST_F(StoreTest, ReadOnlyOpenWritesNothingAndMigratesAnOlderSchemaInMemory) {
   {
     Store ro(db_path(), Store::Access::read_only);
     EXPECT_EQ(ro.version(), Store::latest_version());  // the private copy is migrated
-    EXPECT_EQ(ro.runs().rows.size(), 1u);
-    EXPECT_EQ(cell(ro.best(), 0, "median_ms"), "0.75");
+    EXPECT_EQ(ro.runs().size(), 1u);
+    EXPECT_EQ(ro.best().at(0).trial.median_ms, 0.75);
     EXPECT_THROW(ro.begin_run(run_info()), db::StoreError);
   }
   EXPECT_EQ(read_text(db_path()), before);
@@ -963,8 +975,8 @@ TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
   {
     Store ro(db_path(), Store::Access::read_only);
     const auto runs = ro.runs();
-    EXPECT_EQ(cell(runs, 0, "status"), "running");
-    EXPECT_EQ(cell(runs, 1, "status"), "interrupted");
+    EXPECT_EQ(runs.at(0).status, "running");
+    EXPECT_EQ(runs.at(1).status, "interrupted");
     EXPECT_EQ(ro.sql("SELECT status FROM runs WHERE id = " + killed).rows.at(0).at(0), "running");  // not written
   }
   // Killed and not yet waited for by its parent (a zombie, as when `flashtune run &` is killed): gone too.
@@ -972,7 +984,7 @@ TEST_F(StoreTest, RunWhoseProcessIsGoneShowsAndIsMarkedInterrupted) {
   ASSERT_GE(zombie, 0);
   siginfo_t info{};
   ASSERT_EQ(waitid(P_PID, id_t(zombie), &info, WEXITED | WNOWAIT), 0);  // dead, not reaped
-  EXPECT_EQ(cell(Store(db_path(), Store::Access::read_only).runs(), 2, "status"), "interrupted");
+  EXPECT_EQ(Store(db_path(), Store::Access::read_only).runs().at(2).status, "interrupted");
   Store rw(db_path());
   ASSERT_EQ(waitpid(zombie, &status, 0), zombie);
   EXPECT_EQ(rw.sql("SELECT status FROM runs ORDER BY id").rows,

@@ -18,12 +18,6 @@ struct ExportTest : ::testing::Test {
   FixtureDb fx{db};
 };
 
-std::size_t column(const flashtune::db::QueryResult& q, const std::string& name) {
-  for (std::size_t i = 0; i < q.columns.size(); ++i)
-    if (q.columns[i] == name) return i;
-  throw std::runtime_error("no column " + name);
-}
-
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -43,22 +37,23 @@ TEST_F(ExportTest, JsonCarriesTheEvidenceOfEveryBestConfig) {
 
   flashtune::db::Store store(db);
   const auto best = store.best();
-  ASSERT_EQ(entries.size(), best.rows.size());
+  ASSERT_EQ(entries.size(), best.size());
   ASSERT_GT(entries.size(), 5u);
-  for (const auto& row : best.rows) {
+  for (const auto& b : best) {
+    const auto& row = b.trial;
     const nlohmann::json* e = nullptr;
     for (const auto& x : entries)
-      if (x.at("family") == row[column(best, "family")] && x.at("stage") == row[column(best, "stage")] &&
-          x.at("problem_key") == row[column(best, "problem")] && x.at("gpu") == row[column(best, "gpu")])
+      if (x.at("family") == row.family && x.at("stage") == row.stage && x.at("problem_key") == row.problem &&
+          x.at("gpu") == row.gpu)
         e = &x;
-    ASSERT_NE(e, nullptr) << row[column(best, "problem")];
-    EXPECT_EQ(e->at("config_key"), row[column(best, "config")]);
+    ASSERT_NE(e, nullptr) << row.problem;
+    EXPECT_EQ(e->at("config_key"), row.config);
     const auto& ev = e->at("evidence");
-    EXPECT_NEAR(ev.at("median_ms").get<double>(), std::stod(row[column(best, "median_ms")]), 1e-4 * ev.at("median_ms").get<double>());
-    EXPECT_NEAR(ev.at("tflops").get<double>(), std::stod(row[column(best, "tflops")]), 1e-4 * ev.at("tflops").get<double>());
-    EXPECT_EQ(std::to_string(ev.at("run_id").get<long long>()), row[column(best, "run_id")]);
-    EXPECT_EQ(std::to_string(ev.at("trial_id").get<long long>()), row[column(best, "trial_id")]);
-    EXPECT_EQ(ev.at("source_hash"), row[column(best, "source_hash")]);
+    EXPECT_NEAR(ev.at("median_ms").get<double>(), *row.median_ms, 1e-12 * ev.at("median_ms").get<double>());
+    EXPECT_NEAR(ev.at("tflops").get<double>(), *row.tflops, 1e-12 * ev.at("tflops").get<double>());
+    EXPECT_EQ(ev.at("run_id").get<long long>(), row.run_id);
+    EXPECT_EQ(ev.at("trial_id").get<long long>(), row.trial_id);
+    EXPECT_EQ(ev.at("source_hash"), row.source_hash);
     EXPECT_TRUE(ev.at("max_abs_err").is_number());
     EXPECT_TRUE(e->at("problem").contains("seq_q") || e->at("problem").contains("d2"));
   }

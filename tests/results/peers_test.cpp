@@ -13,45 +13,6 @@ namespace db = flashtune::db;
 
 namespace {
 
-// A peers run on the fixture's GPU: flex forward 0.5 ms on L = 4096 causal (flashtune's best there: 0.24 ms),
-// sdpa_flash unsupported there, and sdpa_cudnn twice on L = 1024 non-causal (the later one, 0.2 ms, counts).
-std::int64_t add_peers(const fs::path& path) {
-  db::Store store(path);
-  const auto run = begin_fixture_run(store, "results_fixture");
-  auto rec = [&](const std::string& peer, const flashtune::core::Problem& p, const std::string& status, double ms) {
-    db::PeerRecord r;
-    r.run_id = run;
-    r.experiment_name = "results_fixture";
-    r.peer = peer;
-    r.library = "torch 2.11.0";
-    r.pass = "fwd";
-    r.problem = p;
-    r.device_key = "NVIDIA H200";
-    r.status = status;
-    if (status == "ok") {
-      flashtune::core::Timing t;
-      t.samples_ms = {ms, ms, ms};
-      t.median_ms = t.mean_ms = t.min_ms = t.max_ms = ms;
-      r.timing = t;
-      flashtune::core::Validation v;
-      v.checked = true, v.passed = true, v.max_abs_err = 1e-4, v.naive_err = 1e-4, v.tolerance = 1e-3;
-      r.validation = v;
-      r.checked_output = "o";
-      r.tflops = 1.0;
-      r.device_bytes = 2 << 20;
-    } else {
-      r.reason = "no kernel for this mask";
-    }
-    return store.record_peer_trial(r);
-  };
-  rec("flex", attn_problem(4096, 1), "ok", 0.5);
-  rec("sdpa_flash", attn_problem(4096, 1), "unsupported", 0);
-  rec("sdpa_cudnn", attn_problem(1024, 0), "ok", 0.3);
-  rec("sdpa_cudnn", attn_problem(1024, 0), "ok", 0.2);
-  store.finish_run(run, "finished");
-  return run;
-}
-
 struct PeersTest : ::testing::Test {
   Temp tmp{"peers"};
   std::string db = (tmp.dir / "p.sqlite").string();
@@ -61,7 +22,7 @@ struct PeersTest : ::testing::Test {
 }  // namespace
 
 TEST_F(PeersTest, StoreRecordsTypedRowsAndRefusesUnknownPassOrStatus) {
-  const auto run = add_peers(db);
+  const auto run = add_fixture_peers(db);
   db::Store store(db, db::Store::Access::read_only);
   const auto rows = store.peer_trials(run);
   ASSERT_EQ(rows.size(), 4u);
@@ -87,7 +48,7 @@ TEST_F(PeersTest, StoreRecordsTypedRowsAndRefusesUnknownPassOrStatus) {
 }
 
 TEST_F(PeersTest, MergeCopiesPeerMeasurementsOnce) {
-  add_peers(db);
+  add_fixture_peers(db);
   const std::string out = (tmp.dir / "merged.sqlite").string();
   const auto first = run_cli("db merge " + db + " -o " + out);
   ASSERT_EQ(first.status, 0) << first.out;
@@ -102,7 +63,7 @@ TEST_F(PeersTest, MergeCopiesPeerMeasurementsOnce) {
 }
 
 TEST_F(PeersTest, QueryPeersSetsTheLatestOfEachBesideFlashtunesBest) {
-  add_peers(db);
+  add_fixture_peers(db);
   const auto r = run_cli("query peers --format csv --db " + db, false);
   ASSERT_EQ(r.status, 0) << r.out;
   // flashtune's best: L = 4096 causal 2.4 * 0.1 = 0.24 ms; L = 1024 non-causal 0.08 (run 2's faster config)
@@ -118,7 +79,7 @@ TEST_F(PeersTest, QueryPeersSetsTheLatestOfEachBesideFlashtunesBest) {
 TEST_F(PeersTest, GradeCourseCsvAndReportShowPeersAndExportIgnoresThem) {
   const auto json_before = run_cli("export --format json --db " + db, false);
   const auto course_before = run_cli("export --format course-attention -o " + (tmp.dir / "before.csv").string() + " --db " + db);
-  add_peers(db);
+  add_fixture_peers(db);
   const auto json_after = run_cli("export --format json --db " + db, false);
   ASSERT_EQ(json_before.status, 0);
   auto strip_time = [](std::string s) {  // the export stamps its generation time
