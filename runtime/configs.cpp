@@ -6,8 +6,13 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "db/store.hpp"
+#include "harness/cli/export.hpp"
+#include "harness/cli/results.hpp"
 
 namespace flashtune::runtime {
 
@@ -72,7 +77,21 @@ ConfigTable ConfigTable::load(const std::filesystem::path& path) {
   if (!in) throw core::UserError("cannot read config file " + path.string());
   std::ostringstream s;
   s << in.rdbuf();
-  return parse(s.str(), path.string());
+  const std::string text = s.str();
+  // A flashtune database: its best configs exactly as `flashtune export --format json` writes them (one rule, one
+  // code path: cli/results.cpp best_per_problem, cli/export.cpp export_json), the file opened read-only.
+  static constexpr std::string_view kSqliteMagic{"SQLite format 3\0", 16};
+  if (text.compare(0, kSqliteMagic.size(), kSqliteMagic) == 0) {
+    std::string exported;
+    try {
+      const db::Store store(path, db::Store::Access::read_only);
+      exported = cli::export_json(cli::best_per_problem(store.trials()));
+    } catch (const core::Error& e) {
+      throw core::UserError("database " + path.string() + ": " + e.what());
+    }
+    return parse(exported, path.string());
+  }
+  return parse(text, path.string());
 }
 
 void ConfigTable::add_builtin_fallbacks() {

@@ -1,6 +1,7 @@
-// runtime/configs.hpp: the best configs of an export JSON (`flashtune export --format json`, schema 2) and its lookup
-// rule (cli/export.cpp kLookupRule): among the entries of one family and dtype, an equal problem wins, else the nearest
-// by sum |s(a) - s(b)| over dims, s(x) = sign(x) log2(|x| + 1); entries of the caller's GPU before any other GPU's.
+// runtime/configs.hpp: the best configs of an export JSON (`flashtune export --format json`, schema 2) or of a database,
+// and the export's lookup rule (cli/export.cpp kLookupRule): among the entries of one family and dtype, an equal
+// problem wins, else the nearest by sum |s(a) - s(b)| over dims, s(x) = sign(x) log2(|x| + 1); entries of the
+// caller's GPU before any other GPU's.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,9 @@ class ConfigTable {
  public:
   /// Parses export JSON text; throws core::UserError naming `origin` and what is wrong.
   static ConfigTable parse(const std::string& json_text, const std::string& origin);
-  /// Reads and parses `path`; throws core::UserError naming the file when it cannot be read or parsed.
+  /// Reads and parses `path`: an export JSON, or a flashtune database (SQLite), whose best configs are read as
+  /// `flashtune export --format json` would write them. Throws core::UserError naming the file when it cannot be read
+  /// or parsed (a database: also when it cannot be opened read-only or its schema is newer than this build's).
   static ConfigTable load(const std::filesystem::path& path);
 
   const std::vector<Entry>& entries() const { return m_entries; }

@@ -1,6 +1,6 @@
 /* runtime/flashtune_runtime.h: the C ABI of libflashtune_runtime.so, flashtune's tuned attention kernels for other
- * projects (issue 22). Given the best configs `flashtune export --format json` wrote, it picks a config per stage for
- * a shape by the export's lookup rule (same family, dtype and GPU; exact problem, else the nearest; entries of other
+ * projects (issue 22). Given the best configs `flashtune export --format json` wrote (or the database itself), it picks
+ * a config per stage for a shape by the export's lookup rule (same family, dtype and GPU; exact problem, else the nearest; entries of other
  * GPUs only when this GPU has none; an entry counts only where the family's constraints and the device allow its
  * config on this shape; when none does, the runtime's built-in untuned configs, which explain marks "untuned"),
  * compiles it with NVRTC once per process (the on-disk CUBIN cache makes a second
@@ -79,7 +79,8 @@ FT_API int ft_runtime_abi_version(void);
 /* The message of this thread's last failed call ("" when none); valid until this thread's next call. */
 FT_API const char* ft_last_error(void);
 
-/* Loads `configs_path` (an export JSON; NULL: $FLASHTUNE_CONFIGS). `cache_dir`: where CUBINs are kept between
+/* Loads `configs_path` (an export JSON, or a flashtune database read as its export would be; NULL:
+ * $FLASHTUNE_CONFIGS). `cache_dir`: where CUBINs are kept between
  * processes (NULL: $FLASHTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flashtune, else ~/.cache/flashtune; "" : none).
  * Needs no GPU. */
 FT_API int ft_runtime_create(const char* configs_path, const char* cache_dir, ft_runtime** out);

@@ -125,10 +125,6 @@ int run_child(const std::vector<std::string>& args, const std::string& python_di
 
 }  // namespace
 
-const std::vector<std::string>& known_peers() {
-  static const std::vector<std::string> peers = {"sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "fa4"};
-  return peers;
-}
 
 std::vector<PeerProblem> attention_problems(const experiment::Experiment& exp) {
   std::vector<PeerProblem> out;
@@ -272,21 +268,6 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
   return out;
 }
 
-std::vector<db::PeerRow> latest_peers(const std::vector<db::PeerRow>& peers) {
-  std::map<std::tuple<std::string, std::string, std::string, std::size_t>, db::PeerRow> latest;
-  auto order = [](const std::string& peer) {
-    const auto& k = known_peers();
-    return std::size_t(std::find(k.begin(), k.end(), peer) - k.begin());
-  };
-  for (const auto& p : peers) {  // in id order: a later one replaces an earlier one
-    auto key = std::make_tuple(p.problem, p.gpu, p.pass == "fwd" ? std::string("0") : std::string("1"), order(p.peer));
-    if (order(p.peer) == known_peers().size()) std::get<2>(key) += p.peer;  // unknown names: after, by name
-    latest.insert_or_assign(key, p);
-  }
-  std::vector<db::PeerRow> out;
-  for (auto& [k, p] : latest) out.push_back(std::move(p));
-  return out;
-}
 
 Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers) {
   const auto best = attention_best(trials);

@@ -28,9 +28,6 @@ struct Experiment;
 
 namespace flashtune::cli {
 
-/// The peers flashtune.peers knows, in the order tables list them.
-const std::vector<std::string>& known_peers();
-
 /// One attention problem of an experiment and the passes its studies tune: "fwd" when attn_fwd, attn_naive or
 /// attn_eager has it, "bwd" when an attn_bwd_* stage has it.
 struct PeerProblem {
@@ -69,9 +66,6 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
 /// (peer_ms / flashtune_ms: > 1 means flashtune is faster), the two TFLOP/s, the peer's error and tolerance,
 /// reason. Peers' latest measurement per (problem, gpu, pass, peer) counts.
 Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers);
-
-/// The latest measurement per (problem, gpu, pass, peer), ordered by those keys.
-std::vector<db::PeerRow> latest_peers(const std::vector<db::PeerRow>& peers);
 
 /// `flashtune peers EXPERIMENT.yaml [options]`: args are the words after "peers". Exit statuses as run_cli's.
 int cmd_peers(const std::vector<std::string>& args, const std::string& command_line);

@@ -76,6 +76,12 @@ std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> s
 /// L2, so the sum is what a training step pays for these launches, up to launch gaps and L2 reuse.
 Table backward_end_to_end(const std::vector<TrialRow>& trials);
 
+/// The peers flashtune.peers knows (`flashtune peers`), in the order tables list them.
+const std::vector<std::string>& known_peers();
+/// The latest peer measurement per (problem, gpu, pass, peer), ordered by those keys (fwd before bwd, peers in
+/// known_peers() order, unknown names after them by name).
+std::vector<db::PeerRow> latest_peers(const std::vector<db::PeerRow>& peers);
+
 /// printf-style "%.<digits>g" of v; "" when absent.
 std::string num(std::optional<double> v, int digits = 5);
 

@@ -5,9 +5,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "harness/cuda/device.hpp"
+#include "tests/command.hpp"
 #include "runtime/configs.hpp"
 #include "runtime/runtime.hpp"
 #include "tests/runtime/runtime_support.hpp"
@@ -81,6 +86,42 @@ TEST(RuntimeConfigTable, MalformedFilesAreOneLineNamingTheProblem) {
   EXPECT_NE(error_of(table_text(noninteger)).find("config.block_m is not an integer"), std::string::npos);
   EXPECT_EQ(ConfigTable::parse(table_text(kEntry), "x").entries().size(), 1u);
   EXPECT_THROW(ConfigTable::load("/nonexistent/configs.json"), core::UserError);
+}
+
+// A database serves as its export does: the same entries, in the same order, with the same evidence, as
+// `flashtune export --format json` of it (a recorded database with GPU trials: tests/data/tuner_surfaces.sqlite).
+TEST(RuntimeConfigTable, ADatabaseServesTheEntriesItsExportWould) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ft_runtime_db_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path db = dir / "surfaces.sqlite", json = dir / "best.json";
+  fs::copy_file(fs::path(FT_SOURCE_DIR) / "tests" / "data" / "tuner_surfaces.sqlite", db);
+  const auto r = ft_test::run_command(ft_test::flashtune_binary() + " export --format json --db " + db.string() +
+                                      " --out " + json.string() + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto from_db = ConfigTable::load(db), from_json = ConfigTable::load(json);
+  ASSERT_GT(from_json.entries().size(), 10u);
+  ASSERT_EQ(from_db.entries().size(), from_json.entries().size());
+  for (std::size_t i = 0; i < from_db.entries().size(); ++i) {
+    const auto &a = from_db.entries()[i], &b = from_json.entries()[i];
+    EXPECT_EQ(a.family, b.family);
+    EXPECT_EQ(a.gpu, b.gpu);
+    EXPECT_EQ(a.problem.key(), b.problem.key());
+    EXPECT_EQ(a.config.key(), b.config.key());
+    EXPECT_EQ(a.median_ms, b.median_ms);
+  }
+  // through the C ABI too, and a file that is SQLite but not a flashtune database is one line naming it
+  ft_runtime* rt = nullptr;
+  ASSERT_EQ(ft_runtime_create(db.c_str(), "", &rt), FT_OK) << ft_last_error();
+  ft_runtime_destroy(rt);
+  const fs::path other = dir / "other.sqlite";
+  {
+    std::ofstream(other, std::ios::binary) << std::string("SQLite format 3\0", 16) << std::string(4080, '\0');
+  }
+  EXPECT_EQ(ft_runtime_create(other.c_str(), "", &rt), FT_ERR_CONFIGS);
+  EXPECT_NE(std::string(ft_last_error()).find("other.sqlite"), std::string::npos) << ft_last_error();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 TEST(RuntimeCApi, CreateErrorsAreStatusesWithMessages) {
