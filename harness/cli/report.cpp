@@ -226,7 +226,8 @@ std::vector<Plot> landscape_plots(const std::vector<TrialRow>& trials, std::stri
   return out;
 }
 
-// "fwd B4 H64/8 L4096 D64 bf16 causal w128 sinks": a problem and pass in a few characters, for a chart's axis.
+// "fwd B4 H64/8\nL4096 D64\nbf16 causal w128 sinks": a problem and pass in three short lines (gnuplot reads the \n
+// of a double-quoted data string), for a bar chart's axis.
 std::string short_problem(const std::string& pass, const std::string& key) {
   std::string dtype;
   const auto d = parse_dims(key, &dtype);
@@ -235,9 +236,9 @@ std::string short_problem(const std::string& pass, const std::string& key) {
   const auto hq = at("heads_q", 1), hkv = at("heads_kv", hq), sq = at("seq_q", 0), sk = at("seq_k", sq);
   s << pass << " B" << at("batch", 1) << " H" << hq;
   if (hkv != hq) s << "/" << hkv;
-  s << " L" << sq;
+  s << "\\nL" << sq;
   if (sk != sq) s << "x" << sk;
-  s << " D" << at("head_dim", 0) << " " << dtype;
+  s << " D" << at("head_dim", 0) << "\\n" << dtype;
   if (at("causal", 0)) s << " causal";
   if (at("window", 0) > 0) s << " w" << at("window", 0);
   if (at("sink_tokens", 0) > 0) s << " sink" << at("sink_tokens", 0);
@@ -295,7 +296,9 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
   for (const auto& name : series) data << ' ' << name;
   data << '\n';
   for (const auto& g : groups) {
-    data << gp_string(g.label);
+    std::string label = g.label;  // written as is, so that its \n break the line (gp_string would escape them)
+    std::replace(label.begin(), label.end(), '"', '\'');
+    data << '"' << label << '"';
     for (const auto& name : series) {
       const auto it = g.tflops.find(name);
       if (it == g.tflops.end()) data << " ?";
@@ -305,8 +308,7 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
   }
   s << "set title 'TFLOP/s per problem and pass'\nset ylabel 'TFLOP/s'\nset style data histograms\n"
        "set style histogram clustered gap 1\nset style fill solid 0.8 border -1\nset boxwidth 0.9\nset grid ytics\n"
-       "set datafile missing '?'\nset key outside below\nset yrange [0:*]\nset xtics rotate by 30 right\n"
-       "set bmargin 9\nplot ";
+       "set datafile missing '?'\nset key outside top center horizontal\nset yrange [0:*]\nset bmargin 5\nplot ";
   for (std::size_t i = 0; i < series.size(); ++i)
     s << (i ? ", \\\n     " : "") << "'per_problem.dat' using " << i + 2 << (i ? "" : ":xtic(1)") << " title "
       << gp_string(series[i]);

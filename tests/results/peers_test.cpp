@@ -107,7 +107,7 @@ TEST_F(PeersTest, GradeCourseCsvAndReportShowPeersAndExportIgnoresThem) {
   ASSERT_EQ(rep.status, 0) << rep.out;
   const std::string dat = read_file(out / "per_problem.dat");
   EXPECT_EQ(dat.rfind("# label flashtune sdpa_cudnn flex\n", 0), 0u) << dat;
-  EXPECT_NE(dat.find("\"fwd B1 H16 L4096 D16 f16 causal\" "), std::string::npos) << dat;
+  EXPECT_NE(dat.find("\"fwd B1 H16\\nL4096 D16\\nf16 causal\" "), std::string::npos) << dat;
   const std::string html = read_file(out / "index.html");
   EXPECT_NE(html.find("<h2>Peers</h2>"), std::string::npos);
   EXPECT_NE(html.find("<img src=\"per_problem.png\""), std::string::npos);
