@@ -20,6 +20,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "harness/cli/options.hpp"
 #include "harness/experiment/experiment.hpp"
 #include "harness/kernels/attention.hpp"
 #include "harness/kernels/problem_views.hpp"
@@ -34,8 +35,6 @@ namespace po = boost::program_options;
 namespace flashtune::cli {
 
 namespace {
-
-constexpr const char* kDefaultDb = "db/flashtune.sqlite";
 
 // The pass of a family whose problems are attention problems; "" for the others.
 std::string pass_of_family(const std::string& family) {
@@ -314,22 +313,15 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
   po::positional_options_description pos;
   pos.add("experiment", 1);
   po::variables_map vm;
-  opts.add_options()("help,h", "show this help");
-  po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
-  if (vm.count("help")) {
-    std::cout << "usage: flashtune peers EXPERIMENT.yaml [--db DB] [--peers LIST] [--python EXE] [--results FILE]\n\n"
-              << opts
-              << "\nexamples:\n"
-                 "  flashtune peers experiments/attention/gpt_oss_step.yaml --python /opt/torch/.venv/bin/python\n"
-                 "  flashtune query peers            # beside flashtune's best, per problem, pass and peer\n"
-                 "Measures PyTorch SDPA (flash, cuDNN, efficient), FlexAttention and FlashAttention-4 (when importable)\n"
-                 "on the experiment's attention problems (the passes its studies tune: fwd for attn_fwd, bwd for\n"
-                 "attn_bwd_*) with the experiment's measure settings (warm-up, L2 flush per sample, events, median),\n"
-                 "each validated first by the pass rule against a float64 reference, in a Python child\n"
-                 "(python -m flashtune.peers). Recorded as peer measurements of a new run: never exported as configs.\n";
+  if (!parse(args, opts, pos, vm, "flashtune peers EXPERIMENT.yaml [--db DB] [--peers LIST] [--python EXE] [--results FILE]",
+             "  flashtune peers experiments/attention/gpt_oss_step.yaml --python /opt/torch/.venv/bin/python\n"
+             "  flashtune query peers            # beside flashtune's best, per problem, pass and peer\n"
+             "Measures PyTorch SDPA (flash, cuDNN, efficient), FlexAttention and FlashAttention-4 (when importable)\n"
+             "on the experiment's attention problems (the passes its studies tune: fwd for attn_fwd, bwd for\n"
+             "attn_bwd_*) with the experiment's measure settings (warm-up, L2 flush per sample, events, median),\n"
+             "each validated first by the pass rule against a float64 reference, in a Python child\n"
+             "(python -m flashtune.peers). Recorded as peer measurements of a new run: never exported as configs.\n"))
     return 0;
-  }
-  po::notify(vm);
   std::vector<std::string> peers = split_list(peers_text);
   for (const auto& p : peers)
     if (std::find(known_peers().begin(), known_peers().end(), p) == known_peers().end())
