@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -102,28 +103,27 @@ int verdict(const std::vector<const TrialRow*>& ts, const TrialRow** bad) {
   return ran ? -1 : 0;
 }
 
-// Stages 8 and 9 in the optional grader's words: per case, the forward and each gradient, then the
-// tuned forward, backward (the sum of its stage winners) and forward + backward.
 using PeersByCase = std::map<std::pair<std::string, std::string>, std::vector<db::PeerRow>>;  // (problem, gpu)
+using PeerRowPrinter = std::function<void(const std::string& name, double ms, std::int64_t bytes)>;
 
-// The forward peers' lines of a benchmark table and what flashtune's `ours_ms` is against each: the
-// measured ones as rows (row(name, ms, bytes)), then one line per peer: "x faster" or why it has no time.
-void peer_lines(const std::vector<db::PeerRow>* peers, const std::string& who, double ours_ms,
-                const std::function<void(const std::string&, double, std::int64_t)>& row, std::ostringstream& verdicts) {
-  if (!peers) return;
-  for (const auto& p : *peers) {
-    if (p.pass != "fwd") continue;
-    if (p.measured()) {
-      row(p.peer + " (peer)", *p.median_ms, p.device_bytes.value_or(0));
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.2f", *p.median_ms / ours_ms);
-      verdicts << who << " is " << buf << "x faster than " << p.peer << " (" << p.library << ").\n";
-    } else {
-      verdicts << p.peer << ": " << p.status << (p.reason.empty() ? "" : " (" + p.reason + ")") << ".\n";
-    }
+// One peer's pass in a benchmark table. Measured: its row, named "<peer>[ <what>] (peer)" (row(name, ms, bytes)), and,
+// when flashtune's time `ours_ms` is known, "<who> is Nx faster than <peer> (<library>)." in `verdicts`. Not
+// measured: "<peer>[ <what>]: <status> (<reason>)." in `verdicts`.
+void peer_entry(const db::PeerRow& p, const std::string& what, const std::string& who, std::optional<double> ours_ms,
+                const PeerRowPrinter& row, std::ostringstream& verdicts) {
+  const std::string name = p.peer + (what.empty() ? "" : " " + what);
+  if (!p.measured()) {
+    verdicts << name << ": " << p.status << (p.reason.empty() ? "" : " (" + p.reason + ")") << ".\n";
+    return;
   }
+  row(name + " (peer)", *p.median_ms, p.device_bytes.value_or(0));
+  if (ours_ms)
+    verdicts << who << " is " << fixed(*p.median_ms / *ours_ms, 2) << "x faster than " << p.peer << " (" << p.library
+             << ").\n";
 }
 
+// Stages 8 and 9 in the optional grader's words: per case, the forward and each gradient, then the
+// tuned forward, backward (the sum of its stage winners) and forward + backward.
 void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::string, std::string>,
                                                              std::map<std::string, std::vector<const TrialRow*>>>& cases,
                     const PeersByCase& peers, int* passed, int* failed, int* not_run) {
@@ -189,18 +189,8 @@ void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::str
       for (const auto& p : pk->second) (p.pass == "fwd" ? by_peer[p.peer].first : by_peer[p.peer].second) = &p;
       for (const auto& [peer, fb] : by_peer) {
         const auto [pf, pb] = fb;
-        auto verdict = [&](const char* what, const db::PeerRow* p, std::optional<double> ours) {
-          if (!p) return;
-          if (!p->measured()) {
-            verdicts << peer << " " << what << ": " << p->status << (p->reason.empty() ? "" : " (" + p->reason + ")") << ".\n";
-            return;
-          }
-          row(peer + " " + what + " (peer)", *p->median_ms, p->device_bytes.value_or(0));
-          if (ours) verdicts << "flashtune " << what << " is " << fixed(*p->median_ms / *ours, 2) << "x faster than " << peer
-                             << " (" << p->library << ").\n";
-        };
-        verdict("forward", pf, fwd ? std::optional<double>(*fwd->median_ms) : std::nullopt);
-        verdict("backward", pb, bwd);
+        if (pf) peer_entry(*pf, "forward", "flashtune forward", fwd ? std::optional<double>(*fwd->median_ms) : std::nullopt, row, verdicts);
+        if (pb) peer_entry(*pb, "backward", "flashtune backward", bwd, row, verdicts);
         if (pf && pb && pf->measured() && pb->measured()) {
           const double both = *pf->median_ms + *pb->median_ms;
           row(peer + " forward + backward", both, std::max(pf->device_bytes.value_or(0), pb->device_bytes.value_or(0)));
@@ -301,12 +291,13 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total,
         for (const auto& [f, label] : kBaselines)
           if (f == family) row(label, t);
       std::ostringstream verdicts;
-      peer_lines(here, fast->family, *fast->median_ms,
-                 [&](const std::string& name, double ms, std::int64_t bytes) {
-                   out << pad(name, 26) << "| " << pad(fixed(ms, 4), 21) << "| "
-                       << pad(bytes > 0 ? fixed(bytes / gib, 4) : "n/a", 20) << '\n';
-                 },
-                 verdicts);
+      const PeerRowPrinter peer_row = [&](const std::string& name, double ms, std::int64_t bytes) {
+        out << pad(name, 26) << "| " << pad(fixed(ms, 4), 21) << "| " << pad(bytes > 0 ? fixed(bytes / gib, 4) : "n/a", 20)
+            << '\n';
+      };
+      if (here)
+        for (const auto& p : *here)
+          if (p.pass == "fwd") peer_entry(p, "", fast->family, *fast->median_ms, peer_row, verdicts);
       row(fast->family + " (flashtune)", fast);
       out << std::string(70, '-') << '\n' << verdicts.str();
       for (const auto& [family, t] : base) {

@@ -75,11 +75,6 @@ double number_or_nan(const nlohmann::json& j, const char* name, const std::strin
   return number(j, name, where);
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
-}
-
 // Runs `argv` with PYTHONPATH led by `python_dir` (when not empty) and waits at most `timeout_s` seconds (0: no
 // limit): past it the child gets SIGTERM, then SIGKILL 10 s later. Returns the exit status (128 + signal when killed);
 // *timed_out tells whether the limit was hit.
@@ -166,6 +161,15 @@ nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::ve
 double attention_tflops(const core::Problem& problem, const std::string& pass, double ms) {
   const double flops = kernels::attn::fwd_flops(kernels::attn::Shape(problem)) * (pass == "bwd" ? 2.5 : 1.0);
   return ms > 0 ? flops / (ms * 1e9) : 0;
+}
+
+double attention_tflops(const std::string& problem_key, const std::string& pass, double ms) {
+  std::string dtype;
+  core::Problem problem;
+  problem.dims = parse_dims(problem_key, &dtype);
+  problem.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
+  kernels::attn::complete_problem(problem);
+  return attention_tflops(problem, pass, ms);
 }
 
 PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,
@@ -279,15 +283,7 @@ Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::Pee
       ours = p.pass == "fwd" ? it->second.fwd_ms : it->second.bwd_ms;
     std::optional<double> speedup, our_tflops;
     if (ours && p.measured()) speedup = *p.median_ms / *ours;
-    if (ours) {
-      std::string dtype;
-      const auto d = parse_dims(p.problem, &dtype);
-      core::Problem prob;
-      prob.dims = d;
-      prob.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
-      kernels::attn::complete_problem(prob);
-      our_tflops = attention_tflops(prob, p.pass, *ours);
-    }
+    if (ours) our_tflops = attention_tflops(p.problem, p.pass, *ours);
     out.rows.push_back({p.problem, p.gpu, p.pass, p.peer, p.library, p.status, num(p.median_ms, 5), num(ours, 5),
                         num(speedup, 3), num(p.tflops, 4), num(our_tflops, 4), num(p.max_abs_err, 3),
                         num(p.tolerance, 3), p.reason});
@@ -381,7 +377,7 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
   info.experiment_path = experiment_path;
   info.experiment_hash = exp.text_hash;
   info.command_line = command_line;
-  info.host = host_name();
+  info.host = runner::host_name();
   info.gpu_name = parsed.gpu_name;
   info.gpu_uuid = parsed.gpu_uuid;
   info.cuda_version = parsed.cuda_version;

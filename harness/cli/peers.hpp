@@ -54,6 +54,8 @@ PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<P
 
 /// [TFLOP/s] of a pass ("fwd": 4 * head_dim per visible pair per query head; "bwd": 2.5x) done in `ms`.
 double attention_tflops(const core::Problem& problem, const std::string& pass, double ms);
+/// The same for a problem given by its key (core::Problem::key(); the dims left out take their defaults).
+double attention_tflops(const std::string& problem_key, const std::string& pass, double ms);
 
 /// flashtune's best for the passes peers are measured on, per (problem key, gpu): the attn_fwd winner and the
 /// backward's stage sum (backward_sum over the stage winners); each absent when not measured.

@@ -15,7 +15,6 @@
 
 #include "harness/cli/peers.hpp"
 #include "harness/cli/table.hpp"
-#include "harness/kernels/problem_views.hpp"
 #include "harness/core/types.hpp"
 
 namespace flashtune::cli {
@@ -264,14 +263,9 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
     for (const char* pass : {"fwd", "bwd"}) {
       const auto ms = std::string(pass) == "fwd" ? b.fwd_ms : b.bwd_ms;
       if (!ms) continue;
-      std::string dtype;
-      core::Problem p;
-      p.dims = parse_dims(key.first, &dtype);
-      p.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
-      kernels::attn::complete_problem(p);
       index[{key.first, key.second, pass}] = groups.size();
       groups.push_back({short_problem(pass, key.first) + (gpus.size() > 1 ? " @" + key.second : ""),
-                        {{"flashtune", attention_tflops(p, pass, *ms)}}});
+                        {{"flashtune", attention_tflops(key.first, pass, *ms)}}});
     }
   std::vector<db::PeerRow> shown;
   for (const auto& p : latest_peers(peers)) {

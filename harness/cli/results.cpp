@@ -332,15 +332,13 @@ const std::vector<std::string>& known_peers() {
 }
 
 std::vector<db::PeerRow> latest_peers(const std::vector<db::PeerRow>& peers) {
-  std::map<std::tuple<std::string, std::string, std::string, std::size_t>, db::PeerRow> latest;
-  auto order = [](const std::string& peer) {
-    const auto& k = known_peers();
-    return std::size_t(std::find(k.begin(), k.end(), peer) - k.begin());
-  };
+  const auto& known = known_peers();
+  // (problem, gpu, fwd before bwd, known peers in their order and unknown ones after them, name)
+  using Key = std::tuple<std::string, std::string, bool, std::size_t, std::string>;
+  std::map<Key, db::PeerRow> latest;
   for (const auto& p : peers) {  // in id order: a later one replaces an earlier one
-    auto key = std::make_tuple(p.problem, p.gpu, p.pass == "fwd" ? std::string("0") : std::string("1"), order(p.peer));
-    if (order(p.peer) == known_peers().size()) std::get<2>(key) += p.peer;  // unknown names: after, by name
-    latest.insert_or_assign(key, p);
+    const auto order = std::size_t(std::find(known.begin(), known.end(), p.peer) - known.begin());
+    latest.insert_or_assign(Key{p.problem, p.gpu, p.pass != "fwd", order, p.peer}, p);
   }
   std::vector<db::PeerRow> out;
   for (auto& [k, p] : latest) out.push_back(std::move(p));

@@ -61,11 +61,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
-}
-
 class ExperimentRun {
  public:
   ExperimentRun(const experiment::Experiment& exp, const RunOptions& opts)
@@ -441,6 +436,11 @@ RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& o
   g_stop = false;
   ExperimentRun run(exp, opts);
   return run.run();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
 }
 
 }  // namespace flashtune::runner

@@ -22,6 +22,7 @@ struct Experiment;
 namespace flashtune::runner {
 
 const char* project_commit();  ///< git commit the binary was built from ("-dirty" when modified)
+std::string host_name();       ///< this machine's host name ("unknown" when the system does not say), recorded per run
 
 struct RunOptions {
   std::filesystem::path db_path = "db/flashtune.sqlite";
