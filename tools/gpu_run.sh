@@ -37,19 +37,26 @@ for t in "$bin"/*_test; do
   fi
 done | tee "$out/tests.txt"
 # The Python package's torch tests (python/tests/test_torch_gpu.py) over the packed runtime library and the test
-# export; named python_torch_gpu in FT_GPU_TESTS / FT_GPU_SKIP_TESTS like a binary.
+# export; named python_torch_gpu in FT_GPU_TESTS / FT_GPU_SKIP_TESTS like a binary. They run twice: with the C++
+# eager path (flashtune._fastpath, built here in place against this machine's torch; FLASHTUNE_EXPECT_FASTPATH=1
+# makes a failed build a failed test) and with the ctypes path alone (FLASHTUNE_NO_FASTPATH=1).
 py=python_torch_gpu
 wanted=1
 case " ${FT_GPU_SKIP_TESTS:-} " in *" $py "*) wanted=0 ;; esac
 if [ -n "${FT_GPU_TESTS:-}" ]; then case " $FT_GPU_TESTS " in *" $py "*) ;; *) wanted=0 ;; esac; fi
 if [ "$wanted" = 1 ]; then
-  if (cd python && FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
-      FLASHTUNE_CONFIGS="$OLDPWD/tests/data/runtime_configs.json" PYTHONPATH="$OLDPWD/python" \
-      timeout "${FT_GPU_TEST_TIMEOUT:-400}" python3 -m unittest -v tests.test_torch_gpu) >"$out/$py.log" 2>&1; then
-    echo "PASS $py: $(tail -1 "$out/$py.log")"
-  else
-    echo "FAIL $py"; tail -60 "$out/$py.log"
-  fi | tee -a "$out/tests.txt"
+  (cd python && MAX_JOBS=8 python3 setup.py build_ext --inplace) >"$out/fastpath_build.log" 2>&1 ||
+    { echo "fastpath build failed:"; tail -30 "$out/fastpath_build.log"; }
+  for mode in fastpath ctypes; do
+    if [ "$mode" = fastpath ]; then env_mode="FLASHTUNE_EXPECT_FASTPATH=1"; else env_mode="FLASHTUNE_NO_FASTPATH=1"; fi
+    if (cd python && env "$env_mode" FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
+        FLASHTUNE_CONFIGS="$OLDPWD/tests/data/runtime_configs.json" PYTHONPATH="$OLDPWD/python" \
+        timeout "${FT_GPU_TEST_TIMEOUT:-400}" python3 -m unittest -v tests.test_torch_gpu) >"$out/${py}_$mode.log" 2>&1; then
+      echo "PASS ${py} ($mode): $(tail -1 "$out/${py}_$mode.log")"
+    else
+      echo "FAIL ${py} ($mode)"; tail -60 "$out/${py}_$mode.log"
+    fi | tee -a "$out/tests.txt"
+  done
 fi
 fails=$(grep -c '^FAIL' "$out/tests.txt" || true)
 db="$out/gpu.sqlite"

@@ -41,15 +41,18 @@ CUfunction Module::function(const std::string& lowered_name) const {
   return f;
 }
 
-void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
-            unsigned dynamic_smem_bytes, CUstream stream, void** args) {
+void raise_dynamic_smem_limit(CUfunction f, unsigned dynamic_smem_bytes) {
   constexpr unsigned kDefaultDynamicSmemLimit = 48 * 1024;  // [bytes] without opt-in
-  const Driver& d = driver();
   if (dynamic_smem_bytes > kDefaultDynamicSmemLimit)
-    FT_CHECK_CU(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     static_cast<int>(dynamic_smem_bytes)));
-  FT_CHECK_CU(d.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                               dynamic_smem_bytes, stream, args, nullptr));
+    FT_CHECK_CU(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            static_cast<int>(dynamic_smem_bytes)));
+}
+
+void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
+            unsigned dynamic_smem_bytes, CUstream stream, void** args, bool limit_raised) {
+  if (!limit_raised) raise_dynamic_smem_limit(f, dynamic_smem_bytes);
+  FT_CHECK_CU(driver().cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                      dynamic_smem_bytes, stream, args, nullptr));
 }
 
 core::KernelResources function_resources(CUfunction f) {

@@ -34,12 +34,18 @@ class Module {
   std::uint64_t m_generation = 0;
 };
 
-/// Launches `f` on `stream` with kernel arguments `args` (pointers to each argument, in order). When
-/// `dynamic_smem_bytes` exceeds 48 KiB, first raises the function's dynamic shared memory limit to it.
+/// Raises `f`'s dynamic shared memory limit to `dynamic_smem_bytes` when that exceeds the 48 KiB default (a
+/// driver call; the setting stays with the function until its module is unloaded).
+void raise_dynamic_smem_limit(CUfunction f, unsigned dynamic_smem_bytes);
+
+/// Launches `f` on `stream` with kernel arguments `args` (pointers to each argument, in order). Unless
+/// `limit_raised` (the caller did raise_dynamic_smem_limit for this function and size: a launcher that runs one
+/// function again and again saves that driver call, ~1 us of host time), first raises the function's dynamic
+/// shared memory limit as raise_dynamic_smem_limit does.
 /// Throws CudaError for launch errors the driver reports at once (bad configuration, too many resources);
 /// faults inside the kernel surface at the next synchronization.
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
-            unsigned dynamic_smem_bytes, CUstream stream, void** args);
+            unsigned dynamic_smem_bytes, CUstream stream, void** args, bool limit_raised = false);
 
 /// The loaded function's resources as the driver reports them: registers, local memory per thread
 /// (reported as stack_frame_bytes), static shared and user constant memory. Spills are unknown (-1):

@@ -45,7 +45,11 @@ void CachedLaunch::run(const KernelFamily& family, const core::Config& config, c
     m_buffers = buffers;
     m_valid = true;
   }
-  cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream, m_args.pointers.data());
+  if (fn != m_limit_raised_for || shape.dynamic_smem_bytes != m_limit_raised_to) {
+    cuda::raise_dynamic_smem_limit(fn, shape.dynamic_smem_bytes);
+    m_limit_raised_for = fn, m_limit_raised_to = shape.dynamic_smem_bytes;
+  }
+  cuda::launch(fn, shape.grid, shape.block, shape.dynamic_smem_bytes, stream, m_args.pointers.data(), true);
 }
 
 }  // namespace flashtune::kernels

@@ -29,7 +29,7 @@ BoundLaunch bind_launch(const KernelFamily& family, const core::Config& config, 
 
 /// bind_launch() for a caller that launches one config again and again (runtime/): the packed arguments are kept and
 /// rebuilt only when a buffer's address changes (a family that launches itself rebuilds its LaunchEnv each time, as
-/// it packs its own arguments). Not thread safe: one per (config, problem), used under the caller's lock.
+/// it packs its own arguments), and the dynamic shared memory limit is raised once per function. Not thread safe: one per (config, problem), used under the caller's lock.
 class CachedLaunch {
  public:
   /// Enqueues prepare (if any) and the launch on `stream`; `family`, `config` and `problem` as for bind_launch.
@@ -40,6 +40,8 @@ class CachedLaunch {
   std::vector<std::uint64_t> m_buffers;
   PackedArgs m_args;
   bool m_valid = false;
+  CUfunction m_limit_raised_for = nullptr;  // the function whose dynamic shared memory limit this raised
+  unsigned m_limit_raised_to = 0;           // [bytes]
 };
 
 }  // namespace flashtune::kernels

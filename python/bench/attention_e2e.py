@@ -4,8 +4,9 @@ Measures on one GPU, in one process:
   1. forward, and forward + backward through autograd (torch.autograd.grad over q, k, v, sinks: the real chain of
      custom op, autograd node, contiguity and sink casts), CUDA events around each sample, a 256 MiB buffer
      written before each sample (cold L2), warm-up first, median / p10 / p90 over --samples samples;
-  2. host overhead per call [us]: a tiny problem called N times after warm-up, CPU time per call, for the full
-     flashtune.attention path, the bare custom op, the bare ctypes Runtime.forward and SDPA (for orientation);
+  2. host overhead per call [us]: a tiny problem called N times after warm-up, CPU time per call, for
+     flashtune.attention through each eager path (the C++ extension when built, and Python + ctypes), without and
+     with requires_grad, the bare custom op, the bare ctypes Runtime.forward and SDPA (for orientation);
      the GPU time per call beside it says whether the GPU, not the host, bounded that loop;
   3. a fresh process's time from its start to its first launch done (subprocess), with an empty CUBIN cache
      (cold: pick + NVRTC compile) and again with the cache it left (warm);
@@ -169,6 +170,21 @@ def measure_main(a, flush):
     return rows, (fwd, fwd_bwd, flops_fwd)
 
 
+def probed(fastpath, measure):
+    """measure() with the C++ path's host-time probe on (when `fastpath` is the extension): its result gains
+    "phases_us", [us] per call of each phase inside the extension (csrc/fastpath.cpp Phase)."""
+    if fastpath is None:
+        return measure()
+    fastpath.probe(True)
+    try:
+        r = measure()
+    finally:
+        d = fastpath.probe(False)
+    calls = max(d.pop("calls"), 1)
+    r["phases_us"] = {k: round(v / calls / 1e3, 3) for k, v in d.items()}
+    return r
+
+
 def measure_host(a):
     """Host overhead on a tiny problem of the same dtype, heads and mask kind (batch 1, seq 128): the heads are kept
     so that configs tuned for the main shape (a GQA head packing) run it."""
@@ -180,8 +196,24 @@ def measure_host(a):
     kw = call_kwargs(a)
     win = a.window or 0
     out = {}
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    from flashtune import ops
+    built = ops._fastpath
+    for label, path in ((("C++ path", built),) if built is not None else ()) + (("ctypes path", None),):
+        ops._fastpath = path  # the eager path attention() takes: the C++ extension, or Python + ctypes
+        try:
+            with torch.no_grad():
+                out[f"flashtune.attention ({label})"] = probed(path, lambda: time_host(
+                    lambda: flashtune.attention(q, k, v, sinks=s, **kw), a.host_calls))
+            out[f"flashtune.attention, requires_grad ({label})"] = probed(path, lambda: time_host(
+                lambda: flashtune.attention(qg, kg, vg, sinks=s, **kw), a.host_calls))
+        finally:
+            ops._fastpath = built
+    if built is not None:  # the extension's entry without attention()'s Python frame
+        with torch.no_grad():
+            out["flashtune._fastpath.attention (C++ entry)"] = time_host(
+                lambda: built.attention(q, k, v, s, a.causal, a.window or None, a.sink_tokens), a.host_calls)
     with torch.no_grad():
-        out["flashtune.attention"] = time_host(lambda: flashtune.attention(q, k, v, sinks=s, **kw), a.host_calls)
         op = torch.ops.flashtune.attn_fwd
         out["torch.ops.flashtune.attn_fwd"] = time_host(lambda: op(q, k, v, s, a.causal, win, a.sink_tokens),
                                                         a.host_calls)
@@ -197,9 +229,6 @@ def measure_host(a):
         out["F.scaled_dot_product_attention (orientation)"] = time_host(
             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, enable_gqa=a.heads_q != a.heads_kv),
             a.host_calls)
-    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
-    out["flashtune.attention (requires_grad)"] = time_host(lambda: flashtune.attention(qg, kg, vg, sinks=s, **kw),
-                                                           a.host_calls)
     return out
 
 
@@ -344,9 +373,10 @@ def print_table(res):
     if "flashtune_with_peers_bench" in peers:
         r = peers["flashtune_with_peers_bench"]
         print(f"{r['name']:<48} {r['median_ms']:>10.4f} {'':>9} {'':>9} {r['tflops']:>8.1f}")
-    print(f"\n{'host overhead (tiny problem)':<48} {'host us/call':>12} {'gpu us/call':>12}")
+    print(f"\n{'host overhead (tiny problem)':<48} {'host us/call':>12} {'gpu us/call':>12}  C++ phases [us/call]")
     for name, r in res["host_overhead"].items():
-        print(f"{name:<48} {r['host_us_per_call']:>12.2f} {r['gpu_us_per_call']:>12.2f}")
+        phases = "  " + ", ".join(f"{k} {v}" for k, v in r["phases_us"].items()) if "phases_us" in r else ""
+        print(f"{name:<48} {r['host_us_per_call']:>12.2f} {r['gpu_us_per_call']:>12.2f}{phases}")
     for label, r in (res.get("first_launch") or {}).items():
         if "error" in r:
             print(f"\nfirst launch, {label}: ERROR {r['error']}")

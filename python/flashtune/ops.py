@@ -7,7 +7,13 @@ Each has a fake (meta) implementation for tracing; register_autograd wires attn_
 q, k, v and the learned sinks. Kernels run on torch's current stream of the tensors' device, reading and writing
 torch-allocated memory through data_ptr(). The runtime is the module's default one (configure(), else
 $FLASHTUNE_CONFIGS on first use).
+
+Three paths into the same launches: torch.compile traces the custom ops; eager calls take flashtune._fastpath (C++,
+csrc/fastpath.cpp, built by setup.py against the installed torch) when it is importable and the call is its common
+case; every other eager call (and every call without the extension) goes through Python and ctypes below
+(_Attention, _fwd_impl, _bwd_impl), which also validates and raises the argument errors. fast_path() says which.
 """
+import ctypes
 import math
 import os
 import threading
@@ -15,11 +21,46 @@ from typing import Optional, Tuple
 
 import torch
 
-from ._runtime import FT_BF16, FT_ERR_CONFIGS, FT_F16, FT_F32, FlashtuneError, Runtime, ft_attn_shape, ft_attn_tensors
+from ._runtime import (FT_BF16, FT_ERR_CONFIGS, FT_F16, FT_F32, FT_RUNTIME_ABI_VERSION, FlashtuneError, Runtime,
+                       ft_attn_shape, ft_attn_tensors)
 
-__all__ = ["attention", "explain", "configure", "default_runtime"]
+__all__ = ["attention", "explain", "configure", "default_runtime", "fast_path"]
 
 _FT_DTYPE = {torch.float32: FT_F32, torch.float16: FT_F16, torch.bfloat16: FT_BF16}
+_is_compiling = torch.compiler.is_compiling  # bound once: attention()'s C++ path spends ~1 us of Python in all
+
+# ---------------------------------------------------------------------------------------------------------------
+# The C++ eager path (optional)
+
+_fastpath = None
+_fastpath_why = None
+if os.environ.get("FLASHTUNE_NO_FASTPATH"):
+    _fastpath_why = "FLASHTUNE_NO_FASTPATH is set"
+else:
+    try:
+        from . import _fastpath
+    except ImportError as e:  # not built (no torch at install), or built against another torch
+        _fastpath_why = f"flashtune._fastpath does not import: {e}"
+    else:
+        if _fastpath.abi_version() != FT_RUNTIME_ABI_VERSION:
+            _fastpath_why = (f"flashtune._fastpath was built for runtime ABI {_fastpath.abi_version()}, this package "
+                             f"speaks {FT_RUNTIME_ABI_VERSION}: rebuild it")
+            _fastpath = None
+
+
+def fast_path():
+    """Which eager path flashtune.attention takes: {"enabled": bool, "why": None or the reason it is off}. With
+    the C++ path on, calls it does not cover (non-contiguous inputs, a scale, non-fp32 sinks, tensor subclasses,
+    argument errors) still take the Python path."""
+    return {"enabled": _fastpath is not None, "why": _fastpath_why}
+
+
+def _bind_fastpath(rt):
+    """Makes `rt` the runtime of the C++ path's next calls (the extension keeps it alive)."""
+    if _fastpath is not None:
+        lib = rt._lib
+        _fastpath.bind([ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                        for n in ("ft_attention_forward", "ft_attention_backward", "ft_last_error")], rt, FlashtuneError)
 
 # ---------------------------------------------------------------------------------------------------------------
 # The default runtime
@@ -37,6 +78,7 @@ def configure(configs_path, cache_dir=None):
     rt = Runtime(os.fspath(configs_path), None if cache_dir is None else os.fspath(cache_dir))
     with _default_lock:
         _default = rt
+        _bind_fastpath(rt)
     return rt
 
 
@@ -53,6 +95,7 @@ def default_runtime():
                 raise FlashtuneError(FT_ERR_CONFIGS, "no tuned configs: set $FLASHTUNE_CONFIGS to a file of "
                                      "`flashtune export --format json`, or call flashtune.configure(path)")
             _default = Runtime(path, None)
+            _bind_fastpath(_default)
         return _default
 
 
@@ -285,6 +328,12 @@ def attention(q, k, v, *, causal=False, window=None, sink_tokens=0, sinks=None, 
         scores (sink logit included). It is returned detached: no gradient flows through it.
     Runs on torch.cuda.current_stream() of the tensors' device. Returns o (like q), or (o, lse).
     """
+    if _fastpath is not None and scale is None and not _is_compiling():
+        if _default is None:
+            default_runtime()  # binds the C++ path's runtime (or raises the missing-configs error)
+        r = _fastpath.attention(q, k, v, sinks, causal, window, sink_tokens)
+        if r is not None:
+            return r if return_lse else r[0]
     window = _check(q, k, v, window, sink_tokens, sinks, True)
     if scale is not None:
         factor = float(scale) * math.sqrt(q.shape[-1])

@@ -324,6 +324,79 @@ class ArgumentErrors(unittest.TestCase):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The C++ eager path (flashtune._fastpath): the same launches as the Python path, so the same bits. The whole file
+# runs with it on (when built) and again with FLASHTUNE_NO_FASTPATH=1 (tools/gpu_run.sh); these tests compare
+# the two paths inside one process. FLASHTUNE_EXPECT_FASTPATH=1 makes a missing extension a failure, not a skip.
+
+class FastPath(AttentionTestCase):
+    def setUp(self):
+        from flashtune import ops
+        self.ops = ops
+        state = flashtune.fast_path()
+        if os.environ.get("FLASHTUNE_EXPECT_FASTPATH") == "1":
+            self.assertTrue(state["enabled"], f"the C++ eager path is off: {state['why']}")
+        elif not state["enabled"]:
+            self.skipTest(f"the C++ eager path is off: {state['why']}")
+        flashtune.default_runtime()
+
+    def python_path(self, c, xs):
+        """(o, lse, grads) of the ctypes path (_Attention) on leaves xs of Case c."""
+        sinks = xs[3] if c.sinks is not None else None
+        o, lse = self.ops._Attention.apply(xs[0], xs[1], xs[2], sinks, c.mask["causal"], c.mask["window"],
+                                           c.mask["sink_tokens"])
+        return o, lse, torch.autograd.grad(o, xs, c.dout)
+
+    def test_fast_path_takes_the_common_call(self):
+        c = Case(1, 4, 2, 128, 128, 64, torch.bfloat16, causal=True)
+        self.assertIsNotNone(self.ops._fastpath.attention(c.q, c.k, c.v, None, True, None, 0))
+        # what it leaves to the Python path: None, never an exception
+        nc = c.q.transpose(2, 3)
+        for args in ((nc, c.k, c.v, None, True, None, 0), (c.q, c.k, c.v, torch.zeros(4, device=DEV,
+                     dtype=torch.bfloat16), True, None, 0), (c.q, c.k, c.v, None, True, -1, 0),
+                     (c.q, c.k, c.v, None, True, True, 0), (c.q, c.k, c.v, None, True, None, 4),
+                     (c.q.cpu(), c.k.cpu(), c.v.cpu(), None, True, None, 0), (c.q[0], c.k, c.v, None, True, None, 0),
+                     (c.q, c.k.float(), c.v, None, True, None, 0), ("q", c.k, c.v, None, True, None, 0)):
+            self.assertIsNone(self.ops._fastpath.attention(*args))
+
+    def test_same_bits_as_the_python_path(self):
+        for c in (Case(2, 8, 2, 384, 384, 64, torch.bfloat16, causal=True, window=128, learned=True),
+                  Case(1, 4, 1, 200, 333, 16, torch.float16, causal=True),
+                  Case(1, 4, 4, 256, 256, 64, torch.float16, window=64, sink_tokens=4),
+                  Case(1, 2, 2, 128, 128, 128, torch.float32, learned=True)):
+            with self.subTest(dtype=c.dtype, mask=c.mask, learned=c.sinks is not None):
+                xs = leaves(*c.inputs)
+                sinks = xs[3] if c.sinks is not None else None
+                o, lse = flashtune.attention(xs[0], xs[1], xs[2], sinks=sinks, return_lse=True,
+                                             window=c.mask["window"] or None, causal=c.mask["causal"],
+                                             sink_tokens=c.mask["sink_tokens"])
+                self.assertIsNotNone(o.grad_fn)
+                self.assertNotIsInstance(o.grad_fn, torch.autograd.function.BackwardCFunction,
+                                         "a Python autograd.Function node: the call took the Python path")
+                g = torch.autograd.grad(o, xs, c.dout)
+                po, plse, pg = self.python_path(c, leaves(*c.inputs))
+                self.assertTrue(torch.equal(o, po), "o differs between the paths")
+                self.assertTrue(torch.equal(lse, plse), "lse differs between the paths")
+                for name, a, b in zip(c.names, g, pg):
+                    self.assertTrue(torch.equal(a, b), f"{name} differs between the paths")
+                self.assertFalse(lse.requires_grad)
+
+    def test_no_grad_leaves_no_graph(self):
+        c = Case(1, 4, 2, 128, 128, 64, torch.bfloat16)
+        q, k, v = leaves(c.q, c.k, c.v)
+        with torch.no_grad():
+            o = flashtune.attention(q, k, v)
+        self.assertIsNone(o.grad_fn)
+        self.assertFalse(o.requires_grad)
+
+    def test_runtime_errors_raise_flashtune_error(self):
+        # head_dim 40: no kernel family takes it, tuned or built in
+        q = torch.randn(1, 2, 64, 40, device=DEV, dtype=torch.float16)
+        with self.assertRaises(flashtune.FlashtuneError) as cm:
+            self.ops._fastpath.attention(q, q, q, None, False, None, 0)
+        self.assertTrue(cm.exception.message, "the error carries the runtime's message")
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # torch.compile
 
 class Compile(AttentionTestCase):
