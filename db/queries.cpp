@@ -1,6 +1,6 @@
-// db/queries.cpp: the CLI's questions to the store, answered in typed rows (db/rows.hpp): the runs with their
-// counts, the trials with their run and compile, and the fastest trial per (family, stage, problem, gpu). Values
-// are read with SQLite's column accessors; the CLI formats them.
+// db/queries.cpp: the questions to the store answered in typed rows (db/rows.hpp): the CLI's (the runs with their
+// counts, the trials with their run and compile, the fastest trial per (family, stage, problem, gpu)) and the
+// runner's (a warm start's history). Values are read with SQLite's column accessors; the callers format them.
 #include <sqlite3.h>
 
 #include <charconv>
@@ -20,19 +20,28 @@ using detail::Stmt;
 
 namespace {
 
-// A REAL as the text layer handed it to the CLI before these typed rows: SQLite's printf('%.17g') (3.40 writes 16
-// significant digits and drops the 17th) read back correctly rounded, as std::stod did. Kept so that every output
-// of query, export, grade and report stays byte-identical (tests/results/golden_test.cpp); the exact value
-// (s.real(i)) would change the last digit of the full-precision numbers that export writes. NULL: empty.
-std::optional<double> text_layer_real(const Stmt& s, int i) {
+// A REAL printed by SQLite's printf with `format` and read back correctly rounded, as std::stod read the text the
+// typed rows replaced. NULL: empty; Inf and subnormals: as stored.
+std::optional<double> reread_real(const Stmt& s, int i, const char* format) {
   if (s.is_null(i)) return std::nullopt;
   const double exact = s.real(i);
   char buf[64];
-  sqlite3_snprintf(sizeof buf, buf, "%.17g", exact);
+  sqlite3_snprintf(sizeof buf, buf, format, exact);
   double v = 0;
   const auto [end, ec] = std::from_chars(buf, buf + std::strlen(buf), v);
-  return ec == std::errc() ? v : exact;  // Inf and subnormals: as stored
+  return ec == std::errc() ? v : exact;
 }
+
+// A REAL as the text layer handed it to the CLI before these typed rows: SQLite's printf('%.17g') (3.40 writes 16
+// significant digits and drops the 17th). Kept so that every output of query, export, grade and report stays
+// byte-identical (tests/results/golden_test.cpp); the exact value (s.real(i)) would change the last digit of the
+// full-precision numbers that export writes.
+std::optional<double> text_layer_real(const Stmt& s, int i) { return reread_real(s, i, "%.17g"); }
+
+// A REAL as sqlite3_column_text renders it ("%!.15g": 15 significant digits), what the warm start read through
+// Store::sql before history_trials. Kept so that warm starts order configs exactly as before: the exact value could
+// break differently a tie of two scores equal to 15 digits.
+std::optional<double> column_text_real(const Stmt& s, int i) { return reread_real(s, i, "%!.15g"); }
 
 std::optional<std::int64_t> opt_int(const Stmt& s, int i) {
   return s.is_null(i) ? std::nullopt : std::optional(s.int64(i));
@@ -121,6 +130,26 @@ std::vector<BestRow> Store::best(const std::string& family_filter) const {
     if (!s.is_null(kTrialColumnCount)) b.copy_ratio = s.real(kTrialColumnCount);
     b.ok_trials = s.int64(kTrialColumnCount + 1);
     out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<HistoryTrialRow> Store::history_trials(const std::string& family, const std::string& stage,
+                                                   const std::string& device_key,
+                                                   const std::string& excluding_problem_key) const {
+  Stmt s(m_impl->db,
+         "SELECT p.key, p.json, c.key, t.status, t.median_ms, coalesce(t.stopped_early, 0) FROM trials t "
+         "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id "
+         "WHERE t.family = ?1 AND t.stage = ?2 AND t.device_key = ?3 AND p.key <> ?4 AND t.status <> 'compiled' "
+         "ORDER BY t.id");
+  s.bind(1, family).bind(2, stage).bind(3, device_key).bind(4, excluding_problem_key);
+  std::vector<HistoryTrialRow> out;
+  while (s.step()) {
+    HistoryTrialRow h;
+    h.problem = s.text(0), h.problem_json = s.text(1), h.config = s.text(2), h.status = s.text(3);
+    h.median_ms = column_text_real(s, 4);
+    h.stopped_early = s.int64(5) != 0;
+    out.push_back(std::move(h));
   }
   return out;
 }

@@ -1,6 +1,7 @@
-// db/rows.hpp: the typed rows the Store's queries return (runs, trials, best per problem, peer measurements), read
-// with SQLite's column accessors: SQL NULL is an empty std::optional, nothing is printed and parsed back. The CLI
-// formats them (table, CSV, JSON); only Store::sql, the user's own SELECT, answers in text.
+// db/rows.hpp: the typed rows the Store's queries return (runs, trials, best per problem, peer measurements, the
+// history a warm start learns from), read with SQLite's column accessors: SQL NULL is an empty std::optional, and
+// no caller parses text back. The CLI formats them (table, CSV, JSON); only Store::sql, the user's own SELECT,
+// answers in text.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,16 @@ struct PeerRow {
   std::int64_t n_samples = 0;
   std::optional<std::int64_t> device_bytes;  ///< [bytes]
   bool measured() const { return status == "ok" && median_ms.has_value(); }
+};
+
+// A recorded trial of another problem, what a warm start learns from (Store::history_trials).
+struct HistoryTrialRow {
+  std::string problem;              ///< the problem's key
+  std::string problem_json;         ///< its problems.json value, as db::problem_from_json reads it
+  std::string config;               ///< the config's key
+  std::string status;               ///< as recorded ("ok", "incorrect", ...: core::to_string of a TrialStatus)
+  std::optional<double> median_ms;  ///< [ms] empty when not measured
+  bool stopped_early = false;       ///< measured against an incumbent and abandoned (a lower bound)
 };
 
 }  // namespace flashtune::db

@@ -225,6 +225,13 @@ class Store {
   /// id) among trials with status ok measured to the end (not stopped early), ordered by those keys; with the
   /// copy ratio and the group's count of such trials. family_filter: exact family name; empty: all families.
   std::vector<BestRow> best(const std::string& family_filter = "") const;
+  /// The history a warm start learns from (harness/runner/search_start.hpp): every trial of `family` and `stage` on
+  /// `device_key` (any experiment, any kernel source) whose problem is not `excluding_problem_key`, except those only
+  /// compiled, in id order (a config's latest trial last). Each median is the value Store::sql's text gave the warm
+  /// start before these rows (15 significant digits; db/queries.cpp), so warm starts order configs as they did.
+  std::vector<HistoryTrialRow> history_trials(const std::string& family, const std::string& stage,
+                                              const std::string& device_key,
+                                              const std::string& excluding_problem_key) const;
   /// Runs one read-only statement (SELECT, WITH ... SELECT, EXPLAIN, or a PRAGMA that only reads).
   /// Anything that could write (INSERT, UPDATE, DELETE, DROP, CREATE, ATTACH, BEGIN, PRAGMA x = y),
   /// or more than one statement, is refused with core::UserError before it runs.

@@ -23,27 +23,21 @@ void record(const StartEnv& env, const kernels::KernelFamily& family, const core
 
 tuner::WarmStart warm_start(const StartEnv& env, const kernels::KernelFamily& family, const core::Problem& problem,
                             const std::vector<core::Config>& configs) {
-  using db::sql_quote;
-  const auto rows = env.store.sql(
-      "SELECT p.key, p.json, c.key, t.status, t.median_ms, coalesce(t.stopped_early, 0) FROM trials t "
-      "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id WHERE t.family = " +
-      sql_quote(family.name()) + " AND t.stage = " + sql_quote(family.stage()) + " AND t.device_key = " +
-      sql_quote(env.device_key) + " AND p.key <> " + sql_quote(problem.key()) + " AND t.status <> 'compiled' ORDER BY t.id");
   std::map<std::string, tuner::HistorySurface> by_problem;
-  for (const auto& r : rows.rows) {
-    auto& h = by_problem[r[0]];
+  for (const auto& r : env.store.history_trials(family.name(), family.stage(), env.device_key, problem.key())) {
+    auto& h = by_problem[r.problem];
     if (h.name.empty()) {
-      h.name = r[0];
+      h.name = r.problem;
       try {
-        const core::Problem p = db::problem_from_json(r[1]);
+        const core::Problem p = db::problem_from_json(r.problem_json);
         h.dims = p.dims, h.dtype = std::string(core::to_string(p.dtype));
       } catch (const core::Error&) {  // unreadable: kept without dims, so it is far from every problem
       }
     }
     core::TrialResult t;
-    t.status = core::parse_trial_status(r[3]).value_or(core::TrialStatus::launch_failed);
-    if (!r[4].empty()) t.timing = core::Timing{}, t.timing->median_ms = std::stod(r[4]), t.timing->stopped_early = r[5] == "1";
-    h.results[r[2]] = t;
+    t.status = core::parse_trial_status(r.status).value_or(core::TrialStatus::launch_failed);
+    if (r.median_ms) t.timing = core::Timing{}, t.timing->median_ms = *r.median_ms, t.timing->stopped_early = r.stopped_early;
+    h.results[r.config] = t;
   }
   std::vector<tuner::HistorySurface> history;
   for (auto& [key, h] : by_problem) history.push_back(std::move(h));

@@ -1,4 +1,4 @@
-// tests/db/store_test.cpp: the SQLite store on temporary files: round trip of every field, best(),
+// tests/db/store_test.cpp: the SQLite store on temporary files: round trip of every field, best(), history_trials(),
 // resume lookup, migration from schema v1, refusal of newer schemas and of writes through sql(),
 // schema.sql == migrated schema, and trials that survive the process being killed (fork + SIGKILL).
 // Uses sqlite3 directly (only here and in db/) to build old databases independently of the Store.
@@ -377,6 +377,65 @@ TEST_F(StoreTest, BestPicksLowestOkMedianAndIgnoresIncorrectCrashedAndStoppedEar
   const auto run2 = store.begin_run(h200);
   store.record_trial(trial(run2, config(64), TrialStatus::ok, 9.0));
   EXPECT_EQ(store.best("weighted_row_sum").size(), 3u);
+}
+
+TEST_F(StoreTest, HistoryTrialsAreTheOtherProblemsOfOneFamilyStageAndDeviceInIdOrder) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  using core::TrialStatus;
+  const core::Problem here = problem(16384), near = problem(8192), far = problem(4096, core::DType::f32);
+  auto on = [](const core::Problem& p, db::TrialRecord t) {
+    t.problem = p;
+    return t;
+  };
+  store.record_trial(on(near, trial(run, config(64), TrialStatus::ok, 2.5)));
+  store.record_trial(on(here, trial(run, config(64), TrialStatus::ok, 1.0)));  // the problem searched: not history
+  auto early = on(far, trial(run, config(128), TrialStatus::ok, 0.75));
+  early.result.timing->stopped_early = true;
+  store.record_trial(early);
+  auto unmeasured = on(near, trial(run, config(128), TrialStatus::incorrect, 0));
+  unmeasured.result.timing.reset();
+  store.record_trial(unmeasured);
+  auto compiled = on(near, trial(run, config(256), TrialStatus::compiled, 0));  // only compiled: not history
+  compiled.result.timing.reset();
+  store.record_trial(compiled);
+  store.record_trial(on(near, trial(run, config(256), TrialStatus::ok, 0.5, "src1", "h200-sm_90a")));  // other device
+  auto bwd = on(near, trial(run, config(256), TrialStatus::ok, 0.5));
+  bwd.stage = "bwd";
+  store.record_trial(bwd);
+  auto softmax = on(near, trial(run, config(256), TrialStatus::ok, 0.5));
+  softmax.family = "softmax";
+  store.record_trial(softmax);
+  auto other_experiment = on(near, trial(run, config(64), TrialStatus::ok, 1.0 / 3, "src2"));  // later, other source
+  other_experiment.experiment_name = "another_sweep";
+  store.record_trial(other_experiment);
+
+  const auto h = store.history_trials("weighted_row_sum", "fwd", "h100-sm_90a", here.key());
+  ASSERT_EQ(h.size(), 4u);
+  EXPECT_EQ(h[0].problem, "cols=4096,rows=8192,dtype=f16");
+  EXPECT_EQ(db::problem_from_json(h[0].problem_json).dims.at("rows"), 8192);
+  EXPECT_EQ(h[0].config, "block=64,vec=4");
+  EXPECT_EQ(h[0].status, "ok");
+  EXPECT_EQ(h[0].median_ms, 2.5);
+  EXPECT_FALSE(h[0].stopped_early);
+  EXPECT_EQ(h[1].problem, "cols=4096,rows=4096,dtype=f32");
+  EXPECT_EQ(db::problem_from_json(h[1].problem_json).dtype, core::DType::f32);
+  EXPECT_EQ(h[1].config, "block=128,vec=4");
+  EXPECT_EQ(h[1].median_ms, 0.75);
+  EXPECT_TRUE(h[1].stopped_early);
+  EXPECT_EQ(h[2].config, "block=128,vec=4");
+  EXPECT_EQ(h[2].status, "incorrect");
+  EXPECT_FALSE(h[2].median_ms);  // not measured
+  EXPECT_EQ(h[3].problem, "cols=4096,rows=8192,dtype=f16");
+  EXPECT_EQ(h[3].config, "block=64,vec=4");
+  EXPECT_EQ(h[3].median_ms, 0.333333333333333);  // 15 significant digits, as Store::sql's text gave them
+  // Every problem but the one searched: excluding another problem gives the searched one's trial instead.
+  const auto others = store.history_trials("weighted_row_sum", "fwd", "h100-sm_90a", near.key());
+  ASSERT_EQ(others.size(), 2u);
+  EXPECT_EQ(others[0].problem, here.key());
+  EXPECT_EQ(others[0].median_ms, 1.0);
+  EXPECT_EQ(others[1].problem, far.key());
+  EXPECT_TRUE(store.history_trials("weighted_row_sum", "fwd", "no_such_device", here.key()).empty());
 }
 
 TEST_F(StoreTest, FindTrialResumesOnlyTheSameSourceAndDevice) {
