@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/core/types.hpp"
+#include "harness/jit/compile_log.hpp"
 #include "harness/jit/template_store.hpp"
 
 namespace flashtune::jit {
@@ -118,14 +119,5 @@ class Compiler {
 /// $FLASHTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flashtune, else $HOME/.cache/flashtune; nullopt when none
 /// of these variables is set.
 std::optional<std::filesystem::path> default_cache_dir();
-
-/// The first line of an NVRTC log that says "error" (the one to show a person), else its first 200 characters.
-std::string first_error_line(const std::string& log);
-
-/// Resources of kernel `lowered_name` from a ptxas verbose report ("Used N registers, ... N bytes smem",
-/// "N bytes stack frame, N bytes spill stores, N bytes spill loads"), which may cover several kernels.
-/// constant_bytes sums the user constant banks (cmem[1..]). Empty `lowered_name`: the report's only kernel.
-/// Fields stay -1 when the report does not mention the kernel.
-core::KernelResources parse_ptxas_report(std::string_view log, const std::string& lowered_name);
 
 }  // namespace flashtune::jit
