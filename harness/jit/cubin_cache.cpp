@@ -111,10 +111,14 @@ bool read_cache(const fs::path& dir, CompileOutput& out) {
       if (!bytes || bytes->size() != cubin_bytes || bytes->empty()) return false;
       cubin.assign(bytes->begin(), bytes->end());
     }
+    // Every field read before any is set: a damaged entry leaves the record as the caller made it.
+    std::string lowered_name = meta.at("lowered_name").get<std::string>();
+    std::string log = meta.at("log").get<std::string>();
+    core::KernelResources resources = resources_from_json(meta.at("resources"));
     out.record.ok = ok;
-    out.record.lowered_name = meta.at("lowered_name").get<std::string>();
-    out.record.log = meta.at("log").get<std::string>();
-    out.record.resources = resources_from_json(meta.at("resources"));
+    out.record.lowered_name = std::move(lowered_name);
+    out.record.log = std::move(log);
+    out.record.resources = resources;
     out.record.cubin_bytes = cubin.size();
     out.record.cache_hit = true;
     out.record.compile_ms = 0;

@@ -17,7 +17,7 @@ std::string cache_key_for(const CompileRequest& req, const std::vector<std::stri
 
 /// Fills `out` (record and CUBIN) from the entry of out.record.cache_key in `dir`, as a cache hit (cache_hit true,
 /// compile_ms 0). False when there is no entry, or it is damaged, of another format, or its CUBIN is missing or of
-/// the wrong size: the caller compiles again and overwrites it.
+/// the wrong size: the caller compiles again and overwrites it; `out` is then left as it came in.
 bool read_cache(const std::filesystem::path& dir, CompileOutput& out);
 /// Writes `out` as the entry of out.record.cache_key in `dir` (created if need be), the CUBIN before the JSON, each
 /// through a temporary file and a rename. Never fails: a folder that cannot be written only loses the entry.

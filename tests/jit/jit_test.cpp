@@ -9,6 +9,8 @@
 #include <thread>
 #include <chrono>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/core/types.hpp"
 #include "harness/jit/compiler.hpp"
 #include "harness/jit/template_store.hpp"
@@ -61,6 +63,11 @@ class TempDir {
 void write_text(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
   out << text;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace
@@ -212,6 +219,29 @@ TEST(JitCompiler, DamagedCacheEntryIsRecompiled) {
   EXPECT_TRUE(second.record.ok);
   EXPECT_FALSE(second.record.cache_hit);
   EXPECT_EQ(second.cubin, first.cubin);
+}
+
+TEST(JitCompiler, DamagedMetadataLeavesNoStaleFieldsInTheRecompiledRecord) {
+  // An entry whose resources are unreadable after a readable lowered_name: the fresh compile must not keep the
+  // entry's name (with no name expression NVRTC never sets it, and the ptxas report is looked up by it).
+  TempDir dir;
+  const jit::Compiler compiler(dir.path());
+  jit::CompileRequest req;
+  req.source = "extern \"C\" __global__ void plain(float* p) { p[threadIdx.x] *= 2.0f; }\n";
+  req.source_name = "plain.cu";
+  req.arch = "sm_90a";
+  const auto first = compiler.compile(req);
+  ASSERT_TRUE(first.record.ok) << first.record.log;
+  const fs::path meta = dir.path() / (first.record.cache_key + ".json");
+  auto j = nlohmann::json::parse(read_text(meta));
+  j["lowered_name"] = "stale_name";
+  j["resources"] = "not an object";
+  write_text(meta, j.dump());
+  const auto second = compiler.compile(req);
+  ASSERT_TRUE(second.record.ok);
+  EXPECT_FALSE(second.record.cache_hit);
+  EXPECT_EQ(second.record.lowered_name, first.record.lowered_name);
+  EXPECT_EQ(second.record.resources.registers, first.record.resources.registers);
 }
 
 TEST(JitCompiler, RequestHeadersAreIncludableAndPartOfTheKey) {
