@@ -49,6 +49,7 @@ class Job:
     measure: MeasureSettings
     seed: int                 # 0: a fresh seed per problem
     problems: list = field(default_factory=list)
+    skip: set = field(default_factory=set)  # (index, peer, pass) not to run: done or lost in an earlier child
 
 
 def _keys(obj, where, required, optional):
@@ -70,7 +71,7 @@ def _int(value, where):
 
 def parse_job(obj):
     """The Job of a parsed job JSON object; raises JobError (one line) on any mistake."""
-    _keys(obj, "job", ("version", "problems"), ("peers", "measure", "seed"))
+    _keys(obj, "job", ("version", "problems"), ("peers", "measure", "seed", "skip"))
     if obj["version"] != VERSION:
         raise JobError(f"version: expected {VERSION}, got {obj['version']!r}")
     peers = obj.get("peers", [])
@@ -118,7 +119,17 @@ def parse_job(obj):
         if len(set(passes)) != len(passes):
             raise JobError(f"{where}.passes: a pass is named twice")
         problems.append(Problem(index, key, shape, list(passes)))
-    return Job([p for p in PEERS if p in peers] if peers else list(PEERS), settings, seed, problems)
+    skip = obj.get("skip", [])
+    if not isinstance(skip, list):
+        raise JobError("skip: expected a list of {index, peer, pass}")
+    skipped = set()
+    for n, x in enumerate(skip):
+        where = f"skip[{n}]"
+        _keys(x, where, ("index", "peer", "pass"), ())
+        if x["peer"] not in PEERS or x["pass"] not in PASSES:
+            raise JobError(f"{where}: unknown peer {x['peer']!r} or pass {x['pass']!r}")
+        skipped.add((_int(x["index"], f"{where}.index"), x["peer"], x["pass"]))
+    return Job([p for p in PEERS if p in peers] if peers else list(PEERS), settings, seed, problems, skipped)
 
 
 def load_job(path):
@@ -142,6 +153,11 @@ def load_job(path):
 
 class Unsupported(Exception):
     """Raised by an adapter when the library turns a problem down at call time."""
+
+
+class ContextLost(RuntimeError):
+    """The CUDA context is unusable after a measurement (a sticky error): nothing more can run in this process.
+    main() exits with status 3; the caller starts a new process for the rest (the job's `skip`)."""
 
 
 def first_line(text, limit=300):
@@ -580,6 +596,16 @@ def _classify(exc, caught):
     return "error", f"{type(exc).__name__}: {first_line(exc)}"
 
 
+def _context_error():
+    """None while the CUDA context works; else the sticky error's first line (torch.cuda.synchronize raises it)."""
+    import torch
+    try:
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:  # an illegal address, a launch failure...: every later CUDA call fails the same way
+        return first_line(e)
+
+
 def _free():
     import torch
     gc.collect()
@@ -605,12 +631,12 @@ def run_job(job, out_path, output_hook=None):
     One peer's failure never stops the others. Returns the result object (python/README.md)."""
     import torch
     gpu, libraries = environment()
-    result = {"version": VERSION, "gpu": gpu, "libraries": libraries, "results": []}
+    result = {"version": VERSION, "gpu": gpu, "libraries": libraries, "results": [], "in_flight": None}
     write_result(out_path, result)
     device = "cuda"
     flusher = L2Flusher(gpu["l2_bytes"], device) if job.measure.mode == "cold" else None
     peers = [make_peer(name) for name in job.peers]
-    total = sum(len(p.passes) for p in job.problems) * len(peers)
+    total = sum(1 for p in job.problems for peer in peers for s in p.passes if (p.index, peer.name, s) not in job.skip)
     done = 0
     for problem in job.problems:
         shape = problem.shape
@@ -630,6 +656,11 @@ def run_job(job, out_path, output_hook=None):
                 except Exception as e:  # the peer's setup failed: every pass says so
                     prepared = _classify(e, [])
             for pass_name in problem.passes:
+                if (problem.index, peer.name, pass_name) in job.skip:
+                    continue
+                # Named before it runs: if the process dies during it, the caller knows which measurement did it.
+                result["in_flight"] = {"index": problem.index, "peer": peer.name, "pass": pass_name}
+                write_result(out_path, result)
                 entry = {"index": problem.index, "peer": peer.name, "pass": pass_name, "library": library,
                          "status": "ok", "reason": "", "seed": seed, "timing": None, "validation": None,
                          "device_bytes": None}
@@ -659,10 +690,18 @@ def run_job(job, out_path, output_hook=None):
                         _free()
                     except Exception:
                         pass
+                lost = _context_error()
+                if lost:
+                    entry.update(status="error", reason=(entry["reason"] + "; " if entry["reason"] else "") +
+                                 f"the CUDA context is unusable after it ({lost})")
                 result["results"].append(entry)
+                result["in_flight"] = None
                 write_result(out_path, result)
                 done += 1
                 _progress(done, total, problem, peer.name, pass_name, entry, flops)
+                if lost:
+                    raise ContextLost(f"{peer.name} {pass_name} on problem {problem.index} left the CUDA context "
+                                      f"unusable ({lost})")
             peer.release()
             _free()
     return result
@@ -701,7 +740,11 @@ def main(argv=None):
     except OSError as e:
         return _die(f"{args.out}: cannot write: {e.strerror or e}")
     t0 = time.time()
-    result = run_job(job, args.out)
+    try:
+        result = run_job(job, args.out)
+    except ContextLost as e:
+        print(f"{PROG}: {e}; what was measured is in {args.out}", file=sys.stderr)
+        return 3
     counts = {}
     for r in result["results"]:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

@@ -73,6 +73,11 @@ class JobParsing(unittest.TestCase):
         self.assertEqual(job.measure, timing.MeasureSettings())
         self.assertEqual(peers.parse_job({"version": 1, "problems": []}).peers, list(peers.PEERS))
 
+    def test_skip_names_measurements_not_to_run(self):
+        job = peers.parse_job(mutated(lambda j: j.update(skip=[{"index": 7, "peer": "flex", "pass": "bwd"}])))
+        self.assertEqual(job.skip, {(7, "flex", "bwd")})
+        self.assertEqual(peers.parse_job(GOOD).skip, set())
+
     def test_peers_run_in_the_engines_order(self):
         job = peers.parse_job(mutated(lambda j: j.update(peers=["fa4", "sdpa_flash"])))
         self.assertEqual(job.peers, ["sdpa_flash", "fa4"])
@@ -106,6 +111,9 @@ class JobParsing(unittest.TestCase):
         ("measure mode", lambda j: j["measure"].update(mode="warm"), "measure.mode must be 'cold' or 'hot'"),
         ("measure type", lambda j: j["measure"].update(min_samples="10"), "measure.min_samples: expected an integer"),
         ("negative seed", lambda j: j.update(seed=-1), "seed"),
+        ("skip not a list", lambda j: j.update(skip={"index": 0}), "skip: expected a list"),
+        ("skip entry key", lambda j: j.update(skip=[{"index": 0, "peer": "flex"}]), "skip[0]: missing key 'pass'"),
+        ("skip unknown peer", lambda j: j.update(skip=[{"index": 0, "peer": "x", "pass": "fwd"}]), "unknown peer 'x'"),
     ]
 
     def test_every_bad_job_names_its_key(self):
