@@ -51,30 +51,6 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-// A result entry's field, or a UserError naming the file, the entry and the field.
-const nlohmann::json& field(const nlohmann::json& j, const char* name, const std::string& where) {
-  if (!j.is_object() || !j.contains(name)) throw core::UserError(where + ": missing '" + name + "'");
-  return j.at(name);
-}
-
-std::string text_field(const nlohmann::json& j, const char* name, const std::string& where) {
-  const auto& v = field(j, name, where);
-  if (!v.is_string()) throw core::UserError(where + ": '" + std::string(name) + "' is not a string");
-  return v.get<std::string>();
-}
-
-double number(const nlohmann::json& j, const char* name, const std::string& where) {
-  const auto& v = field(j, name, where);
-  if (!v.is_number()) throw core::UserError(where + ": '" + std::string(name) + "' is not a number");
-  return v.get<double>();
-}
-
-// A number the contract writes as null when it is not finite (a NaN error, an infinite tolerance): NaN then.
-double number_or_nan(const nlohmann::json& j, const char* name, const std::string& where) {
-  if (field(j, name, where).is_null()) return std::numeric_limits<double>::quiet_NaN();
-  return number(j, name, where);
-}
-
 // Runs `argv` with PYTHONPATH led by `python_dir` (when not empty) and waits at most `timeout_s` seconds (0: no
 // limit): past it the child gets SIGTERM, then SIGKILL 10 s later. Returns the exit status (128 + signal when killed);
 // *timed_out tells whether the limit was hit.
@@ -117,6 +93,19 @@ int run_child(const std::vector<std::string>& args, const std::string& python_di
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+// The JSON of a result file, or a UserError naming it.
+nlohmann::json read_result(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw core::UserError(path.string() + ": cannot read");
+  try {
+    nlohmann::json result;
+    in >> result;
+    return result;
+  } catch (const nlohmann::json::exception& e) {
+    throw core::UserError(path.string() + ": not JSON (" + std::string(e.what()) + ")");
+  }
+}
+
 }  // namespace
 
 
@@ -134,125 +123,6 @@ std::vector<PeerProblem> attention_problems(const experiment::Experiment& exp) {
     }
   }
   for (auto& p : out) std::sort(p.passes.begin(), p.passes.end(), std::greater<>());  // fwd before bwd
-  return out;
-}
-
-nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::vector<std::string>& peers,
-                         const core::MeasureSettings& m, std::uint64_t seed) {
-  nlohmann::json j;
-  j["version"] = 1;
-  j["peers"] = peers;
-  j["measure"] = {{"mode", m.cold ? "cold" : "hot"}, {"warmup", m.warmup},           {"warmup_s", m.warmup_s},
-                  {"min_samples", m.min_samples},    {"max_samples", m.max_samples}, {"noise_target", m.noise_target},
-                  {"min_time_s", m.min_time_s},      {"max_time_s", m.max_time_s}};
-  j["seed"] = seed;
-  j["problems"] = nlohmann::json::array();
-  for (std::size_t i = 0; i < problems.size(); ++i) {
-    const auto& p = problems[i].problem;
-    j["problems"].push_back({{"index", i},
-                             {"key", p.key()},
-                             {"dims", p.dims},
-                             {"dtype", std::string(core::to_string(p.dtype))},
-                             {"passes", problems[i].passes}});
-  }
-  return j;
-}
-
-double attention_tflops(const core::Problem& problem, const std::string& pass, double ms) {
-  const double flops = kernels::attn::fwd_flops(kernels::attn::Shape(problem)) * (pass == "bwd" ? 2.5 : 1.0);
-  return ms > 0 ? flops / (ms * 1e9) : 0;
-}
-
-double attention_tflops(const std::string& problem_key, const std::string& pass, double ms) {
-  std::string dtype;
-  core::Problem problem;
-  problem.dims = parse_dims(problem_key, &dtype);
-  problem.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
-  kernels::attn::complete_problem(problem);
-  return attention_tflops(problem, pass, ms);
-}
-
-PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,
-                               const std::string& source) {
-  PeerResults out;
-  if (!result.is_object()) throw core::UserError(source + ": not a JSON object");
-  if (const auto v = field(result, "version", source); !v.is_number_integer() || v.get<int>() != 1)
-    throw core::UserError(source + ": version " + v.dump() + " (this flashtune reads version 1)");
-  // Before it reaches the GPU the child writes {"version": 1, "results": []}: nothing measured, no GPU named.
-  if (!result.contains("gpu") && result.contains("results") && result.at("results").is_array() &&
-      result.at("results").empty())
-    return out;
-  const auto& gpu = field(result, "gpu", source);
-  out.gpu_name = text_field(gpu, "name", source + ": gpu");
-  if (gpu.contains("uuid") && gpu.at("uuid").is_string()) out.gpu_uuid = gpu.at("uuid").get<std::string>();
-  if (result.contains("libraries") && result.at("libraries").is_object()) {
-    for (const auto& [name, version] : result.at("libraries").items()) {
-      if (version.is_null()) continue;
-      const std::string v = version.is_string() ? version.get<std::string>() : version.dump();
-      out.libraries += (out.libraries.empty() ? "" : ", ") + name + " " + v;
-      if (name == "cuda") out.cuda_version = v;
-    }
-  }
-  const auto& entries = field(result, "results", source);
-  if (!entries.is_array()) throw core::UserError(source + ": 'results' is not an array");
-  for (std::size_t e = 0; e < entries.size(); ++e) {
-    const auto& r = entries[e];
-    const std::string where = source + ": results[" + std::to_string(e) + "]";
-    const auto& idx = field(r, "index", where);
-    if (!idx.is_number_integer() || idx.get<std::int64_t>() < 0 || idx.get<std::size_t>() >= problems.size())
-      throw core::UserError(where + ": index " + idx.dump() + " names no problem of the job (" +
-                            std::to_string(problems.size()) + " problems)");
-    db::PeerRecord rec;
-    rec.problem = problems[idx.get<std::size_t>()].problem;
-    rec.peer = text_field(r, "peer", where);
-    rec.pass = text_field(r, "pass", where);
-    rec.status = text_field(r, "status", where);
-    if (rec.pass != "fwd" && rec.pass != "bwd") throw core::UserError(where + ": pass '" + rec.pass + "' (fwd or bwd)");
-    if (rec.status != "ok" && rec.status != "unsupported" && rec.status != "wrong_result" && rec.status != "error")
-      throw core::UserError(where + ": status '" + rec.status + "' (ok, unsupported, wrong_result or error)");
-    if (r.contains("library") && r.at("library").is_string()) rec.library = r.at("library").get<std::string>();
-    if (r.contains("reason") && r.at("reason").is_string()) rec.reason = r.at("reason").get<std::string>();
-    if (r.contains("seed") && r.at("seed").is_number_integer()) rec.seed = r.at("seed").get<std::uint64_t>();
-    if (r.contains("device_bytes") && r.at("device_bytes").is_number_integer())
-      rec.device_bytes = r.at("device_bytes").get<std::int64_t>();
-    if (const auto it = r.find("timing"); it != r.end() && !it->is_null()) {
-      const std::string w = where + ": timing";
-      core::Timing t;
-      const auto& samples = field(*it, "samples_ms", w);
-      if (!samples.is_array() || samples.empty()) throw core::UserError(w + ": 'samples_ms' is not a non-empty array");
-      for (const auto& s : samples) {
-        if (!s.is_number()) throw core::UserError(w + ": a sample is not a number");
-        t.samples_ms.push_back(s.get<double>());
-      }
-      t.median_ms = number(*it, "median_ms", w);
-      t.iqr_ms = number(*it, "iqr_ms", w);
-      t.min_ms = number(*it, "min_ms", w);
-      t.max_ms = number(*it, "max_ms", w);
-      t.mean_ms = number(*it, "mean_ms", w);
-      t.rel_stdev = number_or_nan(*it, "rel_stdev", w);
-      t.converged = it->value("converged", false);
-      t.cold = it->value("cold", true);
-      if (!(t.median_ms > 0)) throw core::UserError(w + ": median_ms " + std::to_string(t.median_ms) + " is not positive");
-      rec.tflops = attention_tflops(rec.problem, rec.pass, t.median_ms);
-      rec.timing = std::move(t);
-    }
-    if (const auto it = r.find("validation"); it != r.end() && !it->is_null()) {
-      const std::string w = where + ": validation";
-      core::Validation v;
-      v.checked = true;
-      v.max_abs_err = number_or_nan(*it, "max_abs_err", w);
-      v.max_rel_err = it->contains("max_rel_err") ? number_or_nan(*it, "max_rel_err", w) : 0;
-      v.naive_err = number_or_nan(*it, "naive_err", w);
-      v.tolerance = number_or_nan(*it, "tolerance", w);
-      v.nan_count = static_cast<std::int64_t>(number(*it, "nan_count", w));
-      v.passed = v.nan_count == 0 && v.max_abs_err <= v.tolerance;  // false where either is NaN (null)
-      if (it->contains("output") && it->at("output").is_string()) rec.checked_output = it->at("output").get<std::string>();
-      rec.validation = v;
-    }
-    if (rec.status == "ok" && (!rec.timing || !rec.validation || !rec.validation->passed))
-      throw core::UserError(where + ": status ok needs a timing and a validation that passes the rule");
-    out.records.push_back(std::move(rec));
-  }
   return out;
 }
 
@@ -331,38 +201,76 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
   fs::path work, result_path = results;
   int child_status = 0;
   bool timed_out = false;
+  PeerResults parsed;
   if (results.empty()) {
     work = fs::temp_directory_path() / ("flashtune_peers_" + std::to_string(::getpid()));
     fs::create_directories(work);
-    result_path = work / "result.json";
-    {
-      std::ofstream job(work / "job.json");
-      job << peers_job(problems, peers, exp.measure, seed).dump(1) << '\n';
-      if (!job) throw core::Error("cannot write " + (work / "job.json").string());
-    }
     if (python.empty()) python = std::getenv("FLASHTUNE_PYTHON") ? std::getenv("FLASHTUNE_PYTHON") : "python3";
     const std::string python_dir = fs::exists(fs::path(FT_PYTHON_DIR) / "flashtune" / "peers.py") ? FT_PYTHON_DIR : "";
-    std::cerr << "measuring " << problems.size() << " attention problem(s) of '" << exp.name << "' with " << python
-              << " -m flashtune.peers (job " << (work / "job.json").string() << ")\n";
-    child_status = run_child({python, "-m", "flashtune.peers", "--job", (work / "job.json").string(), "--out",
-                              result_path.string()},
-                             python_dir, timeout_s, &timed_out);
-    if (!fs::exists(result_path))
-      throw core::UserError("flashtune.peers (" + python + ") " +
-                            (timed_out ? "ran past --timeout" : "exited with status " + std::to_string(child_status)) +
-                            " before measuring anything; nothing recorded (its job: " + (work / "job.json").string() + ")");
-  }
-  nlohmann::json result;
-  {
-    std::ifstream in(result_path);
-    if (!in) throw core::UserError(result_path.string() + ": cannot read");
-    try {
-      in >> result;
-    } catch (const nlohmann::json::exception& e) {
-      throw core::UserError(result_path.string() + ": not JSON (" + std::string(e.what()) + ")");
+    // A child that dies during a measurement it named (in_flight; or exits 3 after a sticky CUDA error) leaves the
+    // rest to a new child: that measurement is recorded as an error and skipped, with everything already measured.
+    std::vector<PeerItem> skip;
+    for (int attempt = 1;; ++attempt) {
+      const fs::path job_path = work / "job.json";
+      {
+        std::ofstream job(job_path);
+        job << peers_job(problems, peers, exp.measure, seed, skip).dump(1) << '\n';
+        if (!job) throw core::Error("cannot write " + job_path.string());
+      }
+      result_path = work / ("result_" + std::to_string(attempt) + ".json");
+      std::cerr << "measuring " << problems.size() << " attention problem(s) of '" << exp.name << "' with " << python
+                << " -m flashtune.peers (job " << job_path.string() << ")\n";
+      child_status = run_child({python, "-m", "flashtune.peers", "--job", job_path.string(), "--out",
+                                result_path.string()},
+                               python_dir, timeout_s, &timed_out);
+      if (!fs::exists(result_path)) {
+        if (parsed.records.empty())
+          throw core::UserError("flashtune.peers (" + python + ") " +
+                                (timed_out ? "ran past --timeout" : "exited with status " + std::to_string(child_status)) +
+                                " before measuring anything; nothing recorded (its job: " + job_path.string() + ")");
+        break;
+      }
+      auto got = parse_peer_results(read_result(result_path), problems, result_path.string());
+      if (parsed.gpu_name.empty()) {
+        auto records = std::move(parsed.records);
+        auto items = std::move(parsed.items);
+        parsed = got;
+        parsed.records = std::move(records), parsed.items = std::move(items);
+      }
+      std::size_t added = 0;
+      for (std::size_t i = 0; i < got.records.size(); ++i) {
+        if (std::find(skip.begin(), skip.end(), got.items[i]) != skip.end()) continue;  // a child repeating itself
+        parsed.records.push_back(std::move(got.records[i]));
+        parsed.items.push_back(got.items[i]);
+        skip.push_back(got.items[i]);
+        ++added;
+      }
+      if (child_status == 0 || timed_out || parsed.gpu_name.empty()) break;
+      if (got.in_flight && std::find(skip.begin(), skip.end(), *got.in_flight) == skip.end() && !problems.empty()) {
+        const auto& item = *got.in_flight;
+        if (item.index < 0 || std::size_t(item.index) >= problems.size())
+          throw core::UserError(result_path.string() + ": in_flight names problem " + std::to_string(item.index) +
+                                ", not one of the job's");
+        db::PeerRecord lost;
+        lost.problem = problems[std::size_t(item.index)].problem;
+        lost.peer = item.peer, lost.pass = item.pass, lost.status = "error";
+        lost.reason = "the measuring process died during it (exit status " + std::to_string(child_status) + ")";
+        parsed.records.push_back(std::move(lost));
+        parsed.items.push_back(item);
+        skip.push_back(item);
+        ++added;
+        std::cerr << "flashtune.peers exited with status " << child_status << " during " << item.peer << " " << item.pass
+                  << " of problem " << item.index << ": recorded as an error; the rest in a new process\n";
+      } else if (child_status == 3 && added > 0) {
+        std::cerr << "flashtune.peers found the CUDA context unusable (exit status 3): the rest in a new process\n";
+      } else {
+        break;  // died without naming what it was doing: what it measured is kept, nothing is retried
+      }
+      if (added == 0) break;
     }
+  } else {
+    parsed = parse_peer_results(read_result(result_path), problems, result_path.string());
   }
-  auto parsed = parse_peer_results(result, problems, result_path.string());
   if (parsed.records.empty())
     throw core::UserError(result_path.string() + ": no measurement" +
                           (results.empty() ? " (flashtune.peers " +

@@ -37,9 +37,18 @@ struct PeerProblem {
 /// The experiment's attention problems, deduplicated by key, in file order; empty when it has none.
 std::vector<PeerProblem> attention_problems(const experiment::Experiment& exp);
 
-/// The job file's JSON. `peers` empty: every known peer. seed 0: a fresh seed per problem.
+/// One measurement of a job: (problem index, peer, pass).
+struct PeerItem {
+  std::int64_t index = 0;
+  std::string peer, pass;
+  auto operator<=>(const PeerItem&) const = default;
+};
+
+/// The job file's JSON. `peers` empty: every known peer. seed 0: a fresh seed per problem. `skip`: measurements not
+/// to run (those an earlier child measured or died in).
 nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::vector<std::string>& peers,
-                         const core::MeasureSettings& measure, std::uint64_t seed);
+                         const core::MeasureSettings& measure, std::uint64_t seed,
+                         const std::vector<PeerItem>& skip = {});
 
 /// What a result file says: the GPU and one record per entry (run_id, experiment_name and device_key left for the
 /// caller to fill). TFLOP/s are computed here from the problem's visible pairs (DESIGN.md). Throws core::UserError
@@ -48,6 +57,8 @@ nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::ve
 struct PeerResults {
   std::string gpu_name, gpu_uuid, cuda_version, libraries;  ///< libraries: "torch 2.11.0, triton 3.6.0, ..."
   std::vector<db::PeerRecord> records;
+  std::vector<PeerItem> items;         ///< records[i]'s measurement
+  std::optional<PeerItem> in_flight;   ///< the measurement under way when the file was last written, if any
 };
 PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,
                                const std::string& source);

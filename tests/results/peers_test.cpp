@@ -236,6 +236,46 @@ TEST_F(PeersCommand, BadInputsGetOneLineAndRecordNothing) {
   EXPECT_EQ(runs(), "") << "nothing was recorded, not even a run";
 }
 
+TEST_F(PeersCommand, AChildThatDiesInANamedMeasurementLeavesTheRestToANewOne) {
+  // First child: measures problem 0 fwd, then dies (abort) during problem 0 bwd, which it named in_flight. Second
+  // child: must get a job that skips both; measures problem 1 bwd and ends normally.
+  const fs::path first = tmp.dir / "first.json", second = tmp.dir / "second.json";
+  std::string r1 = result(ok_entry(0, "fwd"));
+  r1.insert(r1.rfind('}'), R"(, "in_flight": {"index": 0, "peer": "sdpa_cudnn", "pass": "bwd"})");
+  std::ofstream(first) << r1;
+  std::ofstream(second) << result(ok_entry(1, "bwd"));
+  const fs::path script = tmp.dir / "crashing_python.sh";
+  std::ofstream(script) << "#!/bin/sh\ncp \"$4\" " << (tmp.dir / "job_").string() << "$$.json\n"
+                        << "if grep -q '\"skip\"' \"$4\"; then cp " << second.string() << " \"$6\"; exit 0; fi\n"
+                        << "cp " << first.string() << " \"$6\"; exit 134\n";
+  fs::permissions(script, fs::perms::owner_all);
+  const auto r = run_cli("peers " + yaml.string() + " --db " + db + " --python " + script.string());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("exited with status 134 during sdpa_cudnn bwd of problem 0: recorded as an error; the rest in "
+                       "a new process"), std::string::npos) << r.out;
+  EXPECT_EQ(runs(), "status\nfinished\n");
+  db::Store store(db, db::Store::Access::read_only);
+  const auto rows = store.peer_trials();
+  ASSERT_EQ(rows.size(), 3u);
+  std::map<std::string, std::string> status;
+  for (const auto& p : rows) status[p.pass + (p.problem.find("heads_kv=2") != std::string::npos ? "1" : "0")] = p.status;
+  EXPECT_EQ(status, (std::map<std::string, std::string>{{"fwd0", "ok"}, {"bwd0", "error"}, {"bwd1", "ok"}}));
+  std::size_t jobs = 0;
+  for (const auto& e : fs::directory_iterator(tmp.dir)) {
+    if (e.path().filename().string().rfind("job_", 0) != 0) continue;
+    ++jobs;
+    const auto job = nlohmann::json::parse(std::ifstream(e.path()));
+    if (!job.contains("skip")) continue;
+    EXPECT_EQ(job["skip"], nlohmann::json::parse(R"([{"index": 0, "peer": "sdpa_cudnn", "pass": "fwd"},
+                                                     {"index": 0, "peer": "sdpa_cudnn", "pass": "bwd"}])"));
+  }
+  EXPECT_EQ(jobs, 2u);
+  for (const auto& p : rows)
+    if (p.status == "error") {
+      EXPECT_NE(p.reason.find("died during it (exit status 134)"), std::string::npos) << p.reason;
+    }
+}
+
 TEST_F(PeersCommand, AChildThatDiesOrHangsKeepsWhatItMeasured) {
   const auto died = run_cli("peers " + yaml.string() + " --db " + db + " --python " +
                             fake_python(result(ok_entry(0, "fwd")), 1).string());
