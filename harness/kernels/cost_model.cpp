@@ -27,7 +27,6 @@ constexpr double kSoftmaxOps = 8, kGradOps = 2;
 // blocks; and per block its launch, the Q / O (dK, dV) tile traffic aside.
 constexpr double kTileLatency = 800, kBlockLatency = 2000;
 
-std::int64_t dim(const core::Problem& p, const char* name, std::int64_t fallback) { return p.get(name, fallback); }
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 struct Residency {
@@ -85,10 +84,7 @@ double makespan(const std::vector<std::int64_t>& tiles, std::int64_t slots, doub
   return end;
 }
 
-struct Attn {
-  std::int64_t batch, heads_q, heads_kv, seq_q, seq_k, head_dim;
-  bool causal;
-};
+using Attn = attn::Shape;  // the problem's sizes and mask (problem_views.hpp)
 
 // Key tiles each query block visits, in launch order: the kernels take the heaviest (causal: last) query block first
 // (m_block = gridDim.x - 1 - blockIdx.x); `rows` query rows per head per block, bottom-right causal alignment.
@@ -179,17 +175,22 @@ std::optional<double> estimate_cost(const std::string& family, const core::Confi
                                     const core::DeviceLimits& d) {
   if (family != "attn_fwd" && family != "attn_bwd_dkdv" && family != "attn_bwd_dq") return std::nullopt;
   if (p.dtype != core::DType::f16 && p.dtype != core::DType::bf16) return std::nullopt;
+  std::optional<Attn> view;
+  try {
+    core::Problem full = p;
+    attn::complete_problem(full);  // heads_kv and seq_k default to heads_q and seq_q
+    view.emplace(full);
+  } catch (const core::Error&) {  // a dim missing: not an attention problem this model reads
+    return std::nullopt;
+  }
+  const Attn& a = *view;
   // Windows, sink tokens and learned sinks change which tiles a block visits: not modelled.
-  if (dim(p, "window", 0) > 0 || dim(p, "sink_tokens", 0) > 0 || dim(p, "learned_sinks", 0) != 0) return std::nullopt;
+  if (a.window > 0 || a.sink_tokens > 0 || a.learned_sinks) return std::nullopt;
   const std::int64_t mma = c.get("mma", 80);
   if (mma != 80 && mma != 90) return std::nullopt;  // the TMA kernels (91) have their own schedules
   if (c.get("item_split", 1) != 1 || c.get("persistent", 1) != 1) return std::nullopt;
   for (const char* name : {"block_m", "block_n", "num_warps", "num_stages"})
     if (c.get(name, 0) < 1) return std::nullopt;
-  Attn a{};
-  a.batch = dim(p, "batch", 0), a.heads_q = dim(p, "heads_q", 0), a.heads_kv = dim(p, "heads_kv", a.heads_q);
-  a.seq_q = dim(p, "seq_q", 0), a.seq_k = dim(p, "seq_k", a.seq_q), a.head_dim = dim(p, "head_dim", 0);
-  a.causal = dim(p, "causal", 0) != 0;
   if (a.batch < 1 || a.heads_q < 1 || a.heads_kv < 1 || a.seq_q < 1 || a.seq_k < 1 || a.head_dim < 1 ||
       a.heads_q % a.heads_kv != 0 || d.num_sms < 1)
     return std::nullopt;
