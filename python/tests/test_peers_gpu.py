@@ -212,6 +212,35 @@ class CommandLine(unittest.TestCase):
             if r["status"] == "ok":
                 self.assertTrue(math.isfinite(r["timing"]["median_ms"]))
 
+    def test_a_sticky_cuda_error_ends_the_child_with_status_3(self):
+        # sdpa_efficient's forward replaced by a device-side assert (a sticky error: every later CUDA call fails):
+        # the measurement is recorded as an error naming it, in_flight is cleared, the child exits 3 with one line,
+        # and the peer after it (flex) is left for the next process.
+        script = (
+            "import sys, torch\n"
+            "from flashtune import peers\n"
+            "def boom(self, q, k, v, sinks):\n"
+            "    torch._assert_async(torch.zeros((), device=q.device, dtype=torch.bool))\n"
+            "    return q\n"
+            "peers.SdpaPeer.forward = boom\n"
+            "sys.exit(peers.main(sys.argv[1:]))\n")
+        job = dict(JOB, peers=["sdpa_efficient", "flex"], problems=[JOB["problems"][DENSE]])
+        with tempfile.TemporaryDirectory() as d:
+            jp, out = os.path.join(d, "job.json"), os.path.join(d, "out.json")
+            with open(jp, "w") as f:
+                json.dump(job, f)
+            env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            p = subprocess.run([sys.executable, "-c", script, "--job", jp, "--out", out], capture_output=True,
+                               text=True, env=env, timeout=600)
+            self.assertEqual(p.returncode, 3, p.stderr)
+            with open(out) as f:
+                result = json.load(f)
+        self.assertIn("left the CUDA context unusable", p.stderr.splitlines()[-1])
+        self.assertIsNone(result["in_flight"])
+        self.assertEqual([(r["peer"], r["pass"], r["status"]) for r in result["results"]],
+                         [("sdpa_efficient", "fwd", "error")])
+        self.assertIn("the CUDA context is unusable after it", result["results"][0]["reason"])
+
 
 if __name__ == "__main__":
     unittest.main()
