@@ -265,15 +265,32 @@ bool has_learned_sinks(const std::string& problem_key) {
 }
 
 namespace {
-const std::vector<std::string> kAttentionStages = {"attn_fwd",       "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
-                                                   "attn_bwd_fused", "attn_bwd_dq_delta",   "attn_bwd_dsink"};
+// attn_fwd, then every stage of the backward's ways (kernels/attn_bwd_ways.hpp) in their declaration order, then
+// dsink: a way declared there gets its stages' columns in `query backward` with no edit here.
+const std::vector<std::string>& attention_stages() {
+  static const std::vector<std::string> kStages = [] {
+    std::vector<std::string> out = {"attn_fwd"};
+    for (const auto& way : kernels::attn_bwd::ways())
+      for (const auto& f : way)
+        if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+    out.push_back(kernels::attn_bwd::kDsinkStage);
+    return out;
+  }();
+  return kStages;
+}
+
+// A stage's column label: "preprocess", "dkdv", "dq_delta", ... ("fwd" for attn_fwd).
+std::string stage_label(const std::string& f) {
+  return f.rfind("attn_bwd_", 0) == 0 ? f.substr(9) : f.substr(f.rfind('_') + 1);
+}
 }  // namespace
 
 std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> stage_winners(
     const std::vector<TrialRow>& trials) {
   std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> by_problem;  // (problem, gpu)
+  const auto& stages = attention_stages();
   for (const auto& t : best_per_problem(trials))
-    if (std::find(kAttentionStages.begin(), kAttentionStages.end(), t.family) != kAttentionStages.end()) {
+    if (std::find(stages.begin(), stages.end(), t.family) != stages.end()) {
       auto& slot = by_problem[{t.problem, t.gpu}];
       if (!slot.count(t.family) || *t.median_ms < *slot.at(t.family).median_ms) slot.insert_or_assign(t.family, t);
     }
@@ -281,11 +298,12 @@ std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> s
 }
 
 Table backward_end_to_end(const std::vector<TrialRow>& trials) {
-  const auto& kStages = kAttentionStages;
+  const auto& kStages = attention_stages();
   const auto by_problem = stage_winners(trials);
-  Table out{{"problem", "gpu", "fwd_ms", "preprocess_ms", "dkdv_ms", "dq_ms", "fused_ms", "dq_delta_ms", "dsink_ms", "bwd_ms",
-             "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
-            {}};
+  Table out{{"problem", "gpu"}, {}};
+  for (const auto& f : kStages) out.columns.push_back(stage_label(f) + "_ms");
+  for (const char* c : {"bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"})
+    out.columns.push_back(c);
   for (const auto& [key, stage] : by_problem) {
     const bool sinks = has_learned_sinks(key.first);
     const auto sum = backward_sum(sinks, [&](const std::string& f) { return stage.count(f) ? &stage.at(f) : nullptr; });
@@ -298,8 +316,7 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
       if (f != "attn_fwd" && std::find(sum->families.begin(), sum->families.end(), f) == sum->families.end())
         continue;  // not summed
       const auto& t = stage.at(f);
-      const std::string label = f.rfind("attn_bwd_", 0) == 0 ? f.substr(9) : f.substr(f.rfind('_') + 1);  // dkdv, dq_delta
-      configs += (configs.empty() ? "" : "; ") + label + ": " + t.config;
+      configs += (configs.empty() ? "" : "; ") + stage_label(f) + ": " + t.config;
       run_ids.insert(t.run_id);
     }
     for (const auto id : run_ids) runs += (runs.empty() ? "" : " ") + std::to_string(id);
@@ -315,13 +332,15 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
       return *flops / (*time_ms * 1e9);
     };
     const std::optional<double> both = fwd_ms ? std::optional<double>(*fwd_ms + bwd) : std::nullopt;
-    out.rows.push_back({key.first, key.second, ms("attn_fwd"), ms("attn_bwd_preprocess"), ms("attn_bwd_dkdv"),
-                        ms("attn_bwd_dq"), ms("attn_bwd_fused"), ms("attn_bwd_dq_delta"), sinks ? ms("attn_bwd_dsink") : "",
-                        num(bwd, 5), num(both, 5),
-                        num(tflops(fwd_flops, fwd_ms)),
-                        num(tflops(fwd_flops ? std::optional<double>(2.5 * *fwd_flops) : std::nullopt, bwd)),
-                        num(tflops(fwd_flops ? std::optional<double>(3.5 * *fwd_flops) : std::nullopt, both)),
-                        fwd_ms ? num(bwd / *fwd_ms, 3) : "", configs, runs});
+    std::vector<std::string> row = {key.first, key.second};
+    for (const auto& f : kStages)  // dsink's time only where it is part of the sum (learned sinks)
+      row.push_back(f == kernels::attn_bwd::kDsinkStage && !sinks ? "" : ms(f.c_str()));
+    for (auto& cell : {num(bwd, 5), num(both, 5), num(tflops(fwd_flops, fwd_ms)),
+                       num(tflops(fwd_flops ? std::optional<double>(2.5 * *fwd_flops) : std::nullopt, bwd)),
+                       num(tflops(fwd_flops ? std::optional<double>(3.5 * *fwd_flops) : std::nullopt, both)),
+                       fwd_ms ? num(bwd / *fwd_ms, 3) : std::string(), configs, runs})
+      row.push_back(cell);
+    out.rows.push_back(std::move(row));
   }
   return out;
 }
