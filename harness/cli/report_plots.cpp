@@ -276,14 +276,14 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
 
 // Best-so-far median against trial index, one line per (family, problem), titled with the strategy.
 std::optional<Plot> convergence_plot(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of) {
-  const Table t = convergence(trials, strategy_of);
   std::map<std::string, std::vector<std::pair<int, double>>> series;
+  std::map<std::string, core::Problem> problem_of;  // label -> its problem
   std::vector<std::string> order;
-  for (const auto& r : t.rows) {  // family, stage, problem, strategy, trial, config, status, median, best, improved
-    if (r[8].empty()) continue;
-    const std::string label = r[3] + ": " + r[0] + " " + r[2];
-    if (!series.count(label)) order.push_back(label);
-    series[label].push_back({std::stoi(r[4]), std::stod(r[8])});
+  for (const auto& r : convergence(trials, strategy_of)) {
+    if (!r.best_so_far_ms) continue;
+    const std::string label = r.strategy + ": " + r.trial.family + " " + r.trial.problem;
+    if (!series.count(label)) order.push_back(label), problem_of[label] = r.trial.shape;
+    series[label].push_back({r.index, *r.best_so_far_ms});  // written with 6 significant digits, as the table shows it
   }
   if (series.empty()) return std::nullopt;
   // The curves with the most trials say the most about a strategy; more than 8 lines are unreadable.
@@ -293,10 +293,8 @@ std::optional<Plot> convergence_plot(const std::vector<TrialRow>& trials, const 
   std::map<std::string, std::map<std::string, std::string>> dims_of;  // label -> dim -> value
   std::map<std::string, std::set<std::string>> values;
   for (const auto& label : order) {
-    const auto colon = label.find(": "), space = label.find(' ', colon + 2);
-    std::string dtype;
-    for (const auto& [k, v] : parse_dims(label.substr(space + 1), &dtype)) dims_of[label][k] = std::to_string(v);
-    dims_of[label]["dtype"] = dtype;
+    for (const auto& [k, v] : problem_of[label].dims) dims_of[label][k] = std::to_string(v);
+    dims_of[label]["dtype"] = core::to_string(problem_of[label].dtype);
     for (const auto& [k, v] : dims_of[label]) values[k].insert(v);
   }
   std::map<std::string, std::string> legend;

@@ -137,11 +137,12 @@ Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& 
   return out;
 }
 
-Table convergence(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of) {
+std::vector<ConvergenceRow> convergence(const std::vector<TrialRow>& trials,
+                                        const std::map<std::string, std::string>& strategy_of) {
   using Key = std::tuple<std::string, std::string, std::string>;
   std::map<Key, std::pair<int, std::optional<double>>> state;  // trials seen, best so far
   std::vector<Key> order;
-  std::map<Key, std::vector<std::vector<std::string>>> rows;
+  std::map<Key, std::vector<ConvergenceRow>> rows;
   for (const auto& t : trials) {
     const Key k{t.family, t.stage, t.problem};
     if (!state.count(k)) order.push_back(k);
@@ -153,15 +154,23 @@ Table convergence(const std::vector<TrialRow>& trials, const std::map<std::strin
       improved = true;
     }
     const auto s = strategy_of.find(t.family);
-    rows[k].push_back({t.family, t.stage, t.problem, s == strategy_of.end() ? "unknown" : s->second,
-                       std::to_string(n), t.config, t.status, t.measured() ? num(t.median_ms, 6) : "", num(best, 6),
-                       improved ? "yes" : ""});
+    rows[k].push_back({t, s == strategy_of.end() ? "unknown" : s->second, n, best, improved});
   }
+  std::vector<ConvergenceRow> out;
+  for (const auto& k : order)
+    for (auto& r : rows[k]) out.push_back(std::move(r));
+  return out;
+}
+
+Table convergence_table(const std::vector<ConvergenceRow>& rows) {
   Table out{{"family", "stage", "problem", "strategy", "trial", "config", "status", "median_ms", "best_so_far_ms",
              "improved"},
             {}};
-  for (const auto& k : order)
-    for (auto& r : rows[k]) out.rows.push_back(std::move(r));
+  for (const auto& r : rows) {
+    const auto& t = r.trial;
+    out.rows.push_back({t.family, t.stage, t.problem, r.strategy, std::to_string(r.index), t.config, t.status,
+                        t.measured() ? num(t.median_ms, 6) : "", num(r.best_so_far_ms, 6), r.improved ? "yes" : ""});
+  }
   return out;
 }
 
