@@ -158,18 +158,10 @@ nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::ve
   return j;
 }
 
-double attention_tflops(const core::Problem& problem, const std::string& pass, double ms) {
+double attention_tflops(core::Problem problem, const std::string& pass, double ms) {
+  kernels::attn::complete_problem(problem);
   const double flops = kernels::attn::fwd_flops(kernels::attn::Shape(problem)) * (pass == "bwd" ? 2.5 : 1.0);
   return ms > 0 ? flops / (ms * 1e9) : 0;
-}
-
-double attention_tflops(const std::string& problem_key, const std::string& pass, double ms) {
-  std::string dtype;
-  core::Problem problem;
-  problem.dims = parse_dims(problem_key, &dtype);
-  problem.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
-  kernels::attn::complete_problem(problem);
-  return attention_tflops(problem, pass, ms);
 }
 
 PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,
@@ -260,8 +252,9 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
   std::map<std::pair<std::string, std::string>, AttentionBest> out;
   for (const auto& [key, stage] : stage_winners(trials)) {
     AttentionBest b;
+    b.shape = stage.begin()->second.shape;  // every winner of the problem has it
     if (const auto it = stage.find("attn_fwd"); it != stage.end()) b.fwd_ms = it->second.median_ms;
-    const auto sum = backward_sum(has_learned_sinks(key.first), [&](const std::string& f) {
+    const auto sum = backward_sum(has_learned_sinks(b.shape), [&](const std::string& f) {
       const auto it = stage.find(f);
       return it == stage.end() ? nullptr : &it->second;
     });
@@ -283,7 +276,7 @@ Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::Pee
       ours = p.pass == "fwd" ? it->second.fwd_ms : it->second.bwd_ms;
     std::optional<double> speedup, our_tflops;
     if (ours && p.measured()) speedup = *p.median_ms / *ours;
-    if (ours) our_tflops = attention_tflops(p.problem, p.pass, *ours);
+    if (ours) our_tflops = attention_tflops(p.shape, p.pass, *ours);
     out.rows.push_back({p.problem, p.gpu, p.pass, p.peer, p.library, p.status, num(p.median_ms, 5), num(ours, 5),
                         num(speedup, 3), num(p.tflops, 4), num(our_tflops, 4), num(p.max_abs_err, 3),
                         num(p.tolerance, 3), p.reason});

@@ -182,7 +182,7 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
     if (t.family != family || !t.measured()) continue;
     auto& [mine, best] = m[{t.stage, t.problem, t.gpu}];
     if (!best || *t.median_ms < *best->median_ms) best = t;
-    if (parse_config(t.config) == wanted && (!mine || *t.median_ms < *mine->median_ms)) mine = t;
+    if (t.tunables.values == wanted && (!mine || *t.median_ms < *mine->median_ms)) mine = t;
   }
   Table out{{"stage", "problem", "gpu", "median_ms", "tflops", "gbps", "best_median_ms", "best_config", "ratio_to_best"}, {}};
   for (const auto& [k, v] : m) {
@@ -196,13 +196,12 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
 }
 
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key) {
-  std::string want_dtype, dtype;
+  std::string want_dtype;
   const auto wanted = parse_dims(problem_key, &want_dtype);
   std::vector<TrialRow> rows;
   for (const auto& t : trials) {
     if (t.family != family) continue;
-    dtype.clear();
-    if (parse_dims(t.problem, &dtype) != wanted || (!want_dtype.empty() && dtype != want_dtype)) continue;
+    if (t.shape.dims != wanted || (!want_dtype.empty() && core::to_string(t.shape.dtype) != want_dtype)) continue;
     rows.push_back(t);
   }
   // Measured first (fastest first), then the rest in trial order.
@@ -267,11 +266,7 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
   return best;
 }
 
-bool has_learned_sinks(const std::string& problem_key) {
-  const auto d = parse_dims(problem_key);
-  const auto it = d.find("learned_sinks");
-  return it != d.end() && it->second != 0;
-}
+bool has_learned_sinks(const core::Problem& problem) { return problem.get("learned_sinks", 0) != 0; }
 
 namespace {
 const std::vector<std::string> kAttentionStages = {"attn_fwd",       "attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq",
@@ -296,7 +291,7 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
              "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"},
             {}};
   for (const auto& [key, stage] : by_problem) {
-    const bool sinks = has_learned_sinks(key.first);
+    const bool sinks = has_learned_sinks(stage.begin()->second.shape);  // every winner of the problem has it
     const auto sum = backward_sum(sinks, [&](const std::string& f) { return stage.count(f) ? &stage.at(f) : nullptr; });
     if (!sum) continue;
     const double bwd = sum->ms;

@@ -18,9 +18,10 @@ namespace flashtune::cli {
 // One recorded trial, as db::Store::trials() reads it.
 using db::TrialRow;
 
-/// "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when given).
+/// A problem key the user typed, "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when
+/// given). Throws core::UserError for a value that is not an integer. Recorded rows carry theirs typed (TrialRow::shape).
 std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype = nullptr);
-/// "block_m=64,num_warps=4" -> {block_m: 64, num_warps: 4}.
+/// A config key the user typed, "block_m=64,num_warps=4" -> {block_m: 64, num_warps: 4} (TrialRow::tunables typed).
 std::map<std::string, std::int64_t> parse_config(const std::string& config_key);
 
 /// The fastest measured trial per (family, stage, problem, gpu), ordered by those keys.
@@ -74,8 +75,8 @@ struct BackwardSum {
 };
 std::optional<BackwardSum> backward_sum(bool learned_sinks,
                                         const std::function<const TrialRow*(const std::string& family)>& winner);
-/// learned_sinks != 0 in a problem key.
-bool has_learned_sinks(const std::string& problem_key);
+/// learned_sinks != 0 in the problem.
+bool has_learned_sinks(const core::Problem& problem);
 
 /// The fastest measured trial of attn_fwd and of each attn_bwd_* stage per (problem key, gpu), by family.
 std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> stage_winners(
