@@ -55,7 +55,7 @@ std::int64_t Store::record_peer_trial(const PeerRecord& r) {
 std::vector<PeerRow> Store::peer_trials(std::int64_t run_id) const {
   Stmt s(m_impl->db,
          "SELECT t.id, t.run_id, t.experiment_name, r.gpu_name, t.device_key, t.peer, t.library, t.pass, p.key, t.status, "
-         "t.reason, t.median_ms, t.rel_stdev, t.tflops, t.max_abs_err, t.tolerance, t.n_samples, t.device_bytes "
+         "t.reason, t.median_ms, t.rel_stdev, t.tflops, t.max_abs_err, t.tolerance, t.n_samples, t.device_bytes, p.json "
          "FROM peer_trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
          "WHERE ?1 = 0 OR t.run_id = ?1 ORDER BY t.id");
   s.bind(1, run_id);
@@ -69,6 +69,7 @@ std::vector<PeerRow> Store::peer_trials(std::int64_t run_id) const {
     r.max_abs_err = opt_real(s, 14), r.tolerance = opt_real(s, 15);
     r.n_samples = s.is_null(16) ? 0 : s.int64(16);
     if (!s.is_null(17)) r.device_bytes = s.int64(17);
+    r.shape = read_problem_json(s.text(18));
     out.push_back(std::move(r));
   }
   return out;

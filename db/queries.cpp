@@ -53,8 +53,8 @@ constexpr const char* kTrialColumns =
     "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END, t.family, t.stage, p.key, c.key, t.status, "
     "t.reason, t.median_ms, t.iqr_ms, t.mean_ms, t.rel_stdev, t.n_samples, t.tflops, t.gbps, t.max_abs_err, "
     "t.tolerance, t.device_bytes, coalesce(t.stopped_early, 0), t.source_hash, t.device_key, r.copy_gbps, "
-    "k.registers, k.spill_store_bytes + k.spill_load_bytes, k.shared_static_bytes, k.compile_ms";
-constexpr int kTrialColumnCount = 29;
+    "k.registers, k.spill_store_bytes + k.spill_load_bytes, k.shared_static_bytes, k.compile_ms, p.json, c.json";
+constexpr int kTrialColumnCount = 31;
 constexpr const char* kTrialJoins =
     " FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
     "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id ";
@@ -75,6 +75,7 @@ TrialRow read_trial(const Stmt& s) {
   t.copy_gbps = text_layer_real(s, 24);
   t.registers = opt_int(s, 25), t.spill_bytes = opt_int(s, 26), t.shared_static_bytes = opt_int(s, 27);
   t.compile_ms = text_layer_real(s, 28);
+  t.shape = read_problem_json(s.text(29)), t.tunables = read_config_json(s.text(30));
   return t;
 }
 

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "harness/core/types.hpp"
+
 namespace flashtune::db {
 
 // One run with its trial counts (Store::runs).
@@ -27,6 +29,8 @@ struct RunRow {
 struct TrialRow {
   std::int64_t trial_id = 0, run_id = 0;
   std::string experiment, experiment_path, gpu, family, stage, problem /* key */, config /* key */, status, reason;
+  core::Problem shape;     ///< the problem `problem` names, from its problems.json (see db::read_problem_json)
+  core::Config tunables;   ///< the config `config` names, from its configs.json (see db::read_config_json)
   std::optional<double> median_ms, iqr_ms, mean_ms, rel_stdev, tflops, gbps, max_abs_err, tolerance;
   std::int64_t n_samples = 0, device_bytes = 0;  ///< device_bytes [bytes]; 0 unknown
   bool stopped_early = false;
@@ -58,6 +62,7 @@ struct BestRow {
 struct PeerRow {
   std::int64_t id = 0, run_id = 0;
   std::string experiment, gpu, device_key, peer, library, pass, problem /* key */, status, reason;
+  core::Problem shape;  ///< the problem `problem` names, from its problems.json (see db::read_problem_json)
   std::optional<double> median_ms, rel_stdev, tflops, max_abs_err, tolerance;  // [ms] [TFLOP/s]
   std::int64_t n_samples = 0;
   std::optional<std::int64_t> device_bytes;  ///< [bytes]

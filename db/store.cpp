@@ -43,6 +43,33 @@ core::Problem problem_from_json(const std::string& json) {
   }
 }
 
+core::Config config_from_json(const std::string& json) {
+  try {
+    const auto j = nlohmann::json::parse(json);
+    core::Config c;
+    for (const auto& [name, v] : j.items()) c.values[name] = v.get<std::int64_t>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw core::Error(std::string("unreadable config JSON: ") + e.what());
+  }
+}
+
+core::Problem read_problem_json(const std::string& json) {
+  try {
+    return problem_from_json(json);
+  } catch (const core::Error&) {
+    return {};
+  }
+}
+
+core::Config read_config_json(const std::string& json) {
+  try {
+    return config_from_json(json);
+  } catch (const core::Error&) {
+    return {};
+  }
+}
+
 std::string sql_quote(const std::string& text) {
   std::string q = "'";
   for (char c : text) q += c == '\'' ? std::string("''") : std::string(1, c);

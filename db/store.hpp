@@ -72,6 +72,13 @@ struct PeerRecord {
 /// The problem a problems.json value describes ({"dims": {...}, "dtype": "bf16"}, as Store writes it). Throws
 /// core::Error naming what is wrong when the text is not such an object.
 core::Problem problem_from_json(const std::string& json);
+/// The config a configs.json value describes ({"block_m": 64, ...}, as Store writes it). Throws core::Error naming
+/// what is wrong when the text is not an object of integers.
+core::Config config_from_json(const std::string& json);
+/// problem_from_json and config_from_json for the typed rows: an unreadable value (a row written by hand; the Store
+/// has written both since its first version) reads as the empty problem (no dims, f32) or config instead of throwing.
+core::Problem read_problem_json(const std::string& json);
+core::Config read_config_json(const std::string& json);
 /// `text` as an SQL string literal ('it''s'), for the conditions given to Store::sql.
 std::string sql_quote(const std::string& text);
 

@@ -128,7 +128,7 @@ void backward_stage(std::ostream& out, int st, const std::map<std::pair<std::str
                                                              std::map<std::string, std::vector<const TrialRow*>>>& cases,
                     const PeersByCase& peers, int* passed, int* failed, int* not_run) {
   for (const auto& [key, fam] : cases) {
-    std::map<std::string, std::int64_t> d = parse_dims(key.first);
+    const auto& d = fam.begin()->second.front()->shape.dims;  // every trial of the case has it
     auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
     out << "Running test case: batch=" << at("batch", 1) << ", heads_q=" << at("heads_q", 1)
         << ", heads_kv=" << at("heads_kv", at("heads_q", 1)) << ", seq_len=" << at("seq_q", 0) << ", dim=" << at("head_dim", 0);
@@ -221,8 +221,7 @@ std::string gstar_report(const std::vector<TrialRow>& trials, int* failed_total,
     if (t.family.rfind("attn_bwd_", 0) == 0) backward_problems.insert({t.problem, t.gpu});
   int failed_sum = 0;
   for (const auto& t : trials) {
-    std::string dtype;
-    const auto d = parse_dims(t.problem, &dtype);
+    const auto& d = t.shape.dims;
     int st = gstar_stage(t.family, d);
     if (backward_problems.count({t.problem, t.gpu}) && !is_baseline(t.family)) {
       st = gstar_stage("attn_bwd_", d);  // the forward of a backward case is graded with it

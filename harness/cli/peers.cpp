@@ -130,8 +130,9 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
   std::map<std::pair<std::string, std::string>, AttentionBest> out;
   for (const auto& [key, stage] : stage_winners(trials)) {
     AttentionBest b;
+    b.shape = stage.begin()->second.shape;  // every winner of the problem has it
     if (const auto it = stage.find("attn_fwd"); it != stage.end()) b.fwd_ms = it->second.median_ms;
-    const auto sum = backward_sum(has_learned_sinks(key.first), [&](const std::string& f) {
+    const auto sum = backward_sum(has_learned_sinks(b.shape), [&](const std::string& f) {
       const auto it = stage.find(f);
       return it == stage.end() ? nullptr : &it->second;
     });
@@ -153,7 +154,7 @@ Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::Pee
       ours = p.pass == "fwd" ? it->second.fwd_ms : it->second.bwd_ms;
     std::optional<double> speedup, our_tflops;
     if (ours && p.measured()) speedup = *p.median_ms / *ours;
-    if (ours) our_tflops = attention_tflops(p.problem, p.pass, *ours);
+    if (ours) our_tflops = attention_tflops(p.shape, p.pass, *ours);
     out.rows.push_back({p.problem, p.gpu, p.pass, p.peer, p.library, p.status, num(p.median_ms, 5), num(ours, 5),
                         num(speedup, 3), num(p.tflops, 4), num(our_tflops, 4), num(p.max_abs_err, 3),
                         num(p.tolerance, 3), p.reason});

@@ -63,14 +63,14 @@ struct PeerResults {
 PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,
                                const std::string& source);
 
-/// [TFLOP/s] of a pass ("fwd": 4 * head_dim per visible pair per query head; "bwd": 2.5x) done in `ms`.
-double attention_tflops(const core::Problem& problem, const std::string& pass, double ms);
-/// The same for a problem given by its key (core::Problem::key(); the dims left out take their defaults).
-double attention_tflops(const std::string& problem_key, const std::string& pass, double ms);
+/// [TFLOP/s] of a pass ("fwd": 4 * head_dim per visible pair per query head; "bwd": 2.5x) done in `ms`; the dims
+/// `problem` leaves out take their defaults (kernels::attn::complete_problem).
+double attention_tflops(core::Problem problem, const std::string& pass, double ms);
 
 /// flashtune's best for the passes peers are measured on, per (problem key, gpu): the attn_fwd winner and the
 /// backward's stage sum (backward_sum over the stage winners); each absent when not measured.
 struct AttentionBest {
+  core::Problem shape;  ///< the problem the key names
   std::optional<double> fwd_ms, bwd_ms;
 };
 std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(const std::vector<TrialRow>& trials);

@@ -61,18 +61,10 @@ nlohmann::json peers_job(const std::vector<PeerProblem>& problems, const std::ve
   return j;
 }
 
-double attention_tflops(const core::Problem& problem, const std::string& pass, double ms) {
+double attention_tflops(core::Problem problem, const std::string& pass, double ms) {
+  kernels::attn::complete_problem(problem);
   const double flops = kernels::attn::fwd_flops(kernels::attn::Shape(problem)) * (pass == "bwd" ? 2.5 : 1.0);
   return ms > 0 ? flops / (ms * 1e9) : 0;
-}
-
-double attention_tflops(const std::string& problem_key, const std::string& pass, double ms) {
-  std::string dtype;
-  core::Problem problem;
-  problem.dims = parse_dims(problem_key, &dtype);
-  problem.dtype = core::parse_dtype(dtype).value_or(core::DType::f32);
-  kernels::attn::complete_problem(problem);
-  return attention_tflops(problem, pass, ms);
 }
 
 PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<PeerProblem>& problems,

@@ -43,24 +43,6 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-// "block_m=64,block_n=32" -> Config (the inverse of core::Config::key()).
-core::Config parse_config_key(const std::string& key) {
-  core::Config c;
-  for (const auto& item : split(key, ',')) {
-    const auto eq = item.find('=');
-    try {
-      if (eq == std::string::npos) throw std::invalid_argument(item);
-      std::size_t used = 0;
-      const long long v = std::stoll(item.substr(eq + 1), &used);
-      if (used != item.size() - eq - 1) throw std::invalid_argument(item);
-      c.values[item.substr(0, eq)] = v;
-    } catch (const std::exception&) {
-      throw core::Error("replay: config key '" + key + "' is not name=integer,...");
-    }
-  }
-  return c;
-}
-
 // The recorded surfaces: one per (family, stage, problem, device, kernel source), each config's latest
 // trial, of the trials of run `run_id` (0: every run) that are not compile-only and whose experiment, family and
 // problem key are the ones given ("": any).
@@ -69,7 +51,8 @@ std::vector<tuner::Surface> load_surfaces(const std::string& db_path, std::int64
   if (!std::filesystem::exists(db_path)) throw core::UserError("database " + db_path + " does not exist");
   db::Store store(db_path, db::Store::Access::read_only);
   using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
-  std::map<Key, std::map<std::string, core::TrialResult>> groups;  // config key -> latest result
+  std::map<Key, std::map<std::string, std::pair<core::Config, core::TrialResult>>> groups;  // config key -> latest result
+  std::map<Key, core::Problem> shapes;
   std::map<Key, std::set<std::string>> runs;
   std::vector<Key> order;
   for (const auto& t : store.trials(run_id, family)) {
@@ -87,7 +70,8 @@ std::vector<tuner::Surface> load_surfaces(const std::string& db_path, std::int64
       r.timing->median_ms = *t.median_ms;
       r.timing->stopped_early = t.stopped_early;
     }
-    groups[k][t.config] = r;
+    groups[k][t.config] = {t.tunables, r};
+    shapes[k] = t.shape;
     runs[k].insert(std::to_string(t.run_id));
   }
   std::vector<tuner::Surface> out;
@@ -97,12 +81,13 @@ std::vector<tuner::Surface> load_surfaces(const std::string& db_path, std::int64
     for (const auto& r : runs[k]) run_list += (run_list.empty() ? "" : ",") + r;
     s.name = std::get<0>(k) + "/" + std::get<1>(k) + " " + std::get<2>(k) + " on " + std::get<3>(k) + " (run " + run_list + ")";
     s.family = std::get<0>(k), s.stage = std::get<1>(k), s.problem = std::get<2>(k), s.device_key = std::get<3>(k);
-    s.dims = parse_dims(s.problem, &s.dtype);
+    s.dims = shapes[k].dims, s.dtype = core::to_string(shapes[k].dtype);
     // The runner proposes only configs that can run on the device (can_run): the others are not trials a
     // search spends, so the surface is the runnable space.
-    for (const auto& [config, result] : groups[k]) {
+    for (const auto& [key, typed] : groups[k]) {
+      const auto& [config, result] = typed;
       if (result.status == core::TrialStatus::invalid_config) continue;
-      s.configs.push_back(parse_config_key(config));
+      s.configs.push_back(config);
       s.results.push_back(result);
     }
     if (s.valid() == 0) {

@@ -44,9 +44,8 @@ std::string gp_string(const std::string& s) {  // a gnuplot double-quoted string
 
 // "fwd B4 H64/8\nL4096 D64\nbf16 causal w128 sinks": a problem and pass in three short lines (gnuplot reads the \n
 // of a double-quoted data string), for a bar chart's axis.
-std::string short_problem(const std::string& pass, const std::string& key) {
-  std::string dtype;
-  const auto d = parse_dims(key, &dtype);
+std::string short_problem(const std::string& pass, const core::Problem& problem) {
+  const auto& d = problem.dims;
   auto at = [&](const char* n, std::int64_t fb) { const auto it = d.find(n); return it == d.end() ? fb : it->second; };
   std::ostringstream s;
   const auto hq = at("heads_q", 1), hkv = at("heads_kv", hq), sq = at("seq_q", 0), sk = at("seq_k", sq);
@@ -54,7 +53,7 @@ std::string short_problem(const std::string& pass, const std::string& key) {
   if (hkv != hq) s << "/" << hkv;
   s << "\\nL" << sq;
   if (sk != sq) s << "x" << sk;
-  s << " D" << at("head_dim", 0) << "\\n" << dtype;
+  s << " D" << at("head_dim", 0) << "\\n" << core::to_string(problem.dtype);
   if (at("causal", 0)) s << " causal";
   if (at("window", 0) > 0) s << " w" << at("window", 0);
   if (at("sink_tokens", 0) > 0) s << " sink" << at("sink_tokens", 0);
@@ -76,8 +75,8 @@ std::vector<Plot> perf_plots(const std::vector<TrialRow>& best) {
   };
   std::map<std::string, std::vector<Point>> by_x;  // x dim -> points
   for (const auto& b : best) {
-    std::string dtype;
-    auto d = parse_dims(b.problem, &dtype);
+    const std::string dtype(core::to_string(b.shape.dtype));
+    auto d = b.shape.dims;
     const std::string x = x_dim(d);
     const auto v = is_flop_family(b.family) ? b.tflops : b.gbps;
     if (x.empty() || !v || *v <= 0) continue;
@@ -156,7 +155,7 @@ std::vector<Plot> landscape_plots(const std::vector<TrialRow>& trials, std::stri
   std::map<std::pair<std::string, std::string>, int> counts;  // (family, problem) -> measured configs
   for (const auto& t : trials) {
     if (!t.measured()) continue;
-    const auto c = parse_config(t.config);
+    const auto& c = t.tunables.values;
     if (c.count("block_m") && c.count("block_n")) ++counts[{t.family, t.problem}];
   }
   if (counts.empty()) return {};
@@ -167,7 +166,7 @@ std::vector<Plot> landscape_plots(const std::vector<TrialRow>& trials, std::stri
   bool flops = is_flop_family(top.first);
   for (const auto& t : trials) {
     if (!t.measured() || t.family != top.first || t.problem != top.second) continue;
-    const auto c = parse_config(t.config);
+    const auto& c = t.tunables.values;
     const auto w = c.count("num_warps") ? c.at("num_warps") : 0;
     const auto v = flops ? t.tflops : t.gbps;
     if (!v) continue;
@@ -227,8 +226,8 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
       const auto ms = std::string(pass) == "fwd" ? b.fwd_ms : b.bwd_ms;
       if (!ms) continue;
       index[{key.first, key.second, pass}] = groups.size();
-      groups.push_back({short_problem(pass, key.first) + (gpus.size() > 1 ? " @" + key.second : ""),
-                        {{"flashtune", attention_tflops(key.first, pass, *ms)}}});
+      groups.push_back({short_problem(pass, b.shape) + (gpus.size() > 1 ? " @" + key.second : ""),
+                        {{"flashtune", attention_tflops(b.shape, pass, *ms)}}});
     }
   std::vector<db::PeerRow> shown;
   for (const auto& p : latest_peers(peers)) {
@@ -276,14 +275,14 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
 
 // Best-so-far median against trial index, one line per (family, problem), titled with the strategy.
 std::optional<Plot> convergence_plot(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of) {
-  const Table t = convergence(trials, strategy_of);
   std::map<std::string, std::vector<std::pair<int, double>>> series;
+  std::map<std::string, core::Problem> problem_of;  // label -> its problem
   std::vector<std::string> order;
-  for (const auto& r : t.rows) {  // family, stage, problem, strategy, trial, config, status, median, best, improved
-    if (r[8].empty()) continue;
-    const std::string label = r[3] + ": " + r[0] + " " + r[2];
-    if (!series.count(label)) order.push_back(label);
-    series[label].push_back({std::stoi(r[4]), std::stod(r[8])});
+  for (const auto& r : convergence(trials, strategy_of)) {
+    if (!r.best_so_far_ms) continue;
+    const std::string label = r.strategy + ": " + r.trial.family + " " + r.trial.problem;
+    if (!series.count(label)) order.push_back(label), problem_of[label] = r.trial.shape;
+    series[label].push_back({r.index, *r.best_so_far_ms});  // written with 6 significant digits, as the table shows it
   }
   if (series.empty()) return std::nullopt;
   // The curves with the most trials say the most about a strategy; more than 8 lines are unreadable.
@@ -293,10 +292,8 @@ std::optional<Plot> convergence_plot(const std::vector<TrialRow>& trials, const 
   std::map<std::string, std::map<std::string, std::string>> dims_of;  // label -> dim -> value
   std::map<std::string, std::set<std::string>> values;
   for (const auto& label : order) {
-    const auto colon = label.find(": "), space = label.find(' ', colon + 2);
-    std::string dtype;
-    for (const auto& [k, v] : parse_dims(label.substr(space + 1), &dtype)) dims_of[label][k] = std::to_string(v);
-    dims_of[label]["dtype"] = dtype;
+    for (const auto& [k, v] : problem_of[label].dims) dims_of[label][k] = std::to_string(v);
+    dims_of[label]["dtype"] = core::to_string(problem_of[label].dtype);
     for (const auto& [k, v] : dims_of[label]) values[k].insert(v);
   }
   std::map<std::string, std::string> legend;

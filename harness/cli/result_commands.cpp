@@ -164,7 +164,7 @@ int cmd_query(const std::vector<std::string>& args) {
     need(1, "a run id");
     const auto trials = store.trials(run_id_arg(what, arg));
     if (trials.empty()) throw core::UserError("query convergence: run " + arg + " has no trials");
-    print_table(std::cout, convergence(trials, strategies_of_run(trials)), f);
+    print_table(std::cout, convergence_table(convergence(trials, strategies_of_run(trials))), f);
   } else if (what == "config" || what == "problem") {
     need(2, std::string("FAMILY and a ") + (what == "config" ? "config key (block_m=64,num_warps=4)" : "problem key (rows=4096,cols=4096,dtype=f32)"));
     const auto trials = store.trials(0, rest[0]);

@@ -137,11 +137,12 @@ Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& 
   return out;
 }
 
-Table convergence(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of) {
+std::vector<ConvergenceRow> convergence(const std::vector<TrialRow>& trials,
+                                        const std::map<std::string, std::string>& strategy_of) {
   using Key = std::tuple<std::string, std::string, std::string>;
   std::map<Key, std::pair<int, std::optional<double>>> state;  // trials seen, best so far
   std::vector<Key> order;
-  std::map<Key, std::vector<std::vector<std::string>>> rows;
+  std::map<Key, std::vector<ConvergenceRow>> rows;
   for (const auto& t : trials) {
     const Key k{t.family, t.stage, t.problem};
     if (!state.count(k)) order.push_back(k);
@@ -153,15 +154,23 @@ Table convergence(const std::vector<TrialRow>& trials, const std::map<std::strin
       improved = true;
     }
     const auto s = strategy_of.find(t.family);
-    rows[k].push_back({t.family, t.stage, t.problem, s == strategy_of.end() ? "unknown" : s->second,
-                       std::to_string(n), t.config, t.status, t.measured() ? num(t.median_ms, 6) : "", num(best, 6),
-                       improved ? "yes" : ""});
+    rows[k].push_back({t, s == strategy_of.end() ? "unknown" : s->second, n, best, improved});
   }
+  std::vector<ConvergenceRow> out;
+  for (const auto& k : order)
+    for (auto& r : rows[k]) out.push_back(std::move(r));
+  return out;
+}
+
+Table convergence_table(const std::vector<ConvergenceRow>& rows) {
   Table out{{"family", "stage", "problem", "strategy", "trial", "config", "status", "median_ms", "best_so_far_ms",
              "improved"},
             {}};
-  for (const auto& k : order)
-    for (auto& r : rows[k]) out.rows.push_back(std::move(r));
+  for (const auto& r : rows) {
+    const auto& t = r.trial;
+    out.rows.push_back({t.family, t.stage, t.problem, r.strategy, std::to_string(r.index), t.config, t.status,
+                        t.measured() ? num(t.median_ms, 6) : "", num(r.best_so_far_ms, 6), r.improved ? "yes" : ""});
+  }
   return out;
 }
 
@@ -173,7 +182,7 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
     if (t.family != family || !t.measured()) continue;
     auto& [mine, best] = m[{t.stage, t.problem, t.gpu}];
     if (!best || *t.median_ms < *best->median_ms) best = t;
-    if (parse_config(t.config) == wanted && (!mine || *t.median_ms < *mine->median_ms)) mine = t;
+    if (t.tunables.values == wanted && (!mine || *t.median_ms < *mine->median_ms)) mine = t;
   }
   Table out{{"stage", "problem", "gpu", "median_ms", "tflops", "gbps", "best_median_ms", "best_config", "ratio_to_best"}, {}};
   for (const auto& [k, v] : m) {
@@ -187,13 +196,12 @@ Table config_across_problems(const std::vector<TrialRow>& trials, const std::str
 }
 
 Table problem_configs(const std::vector<TrialRow>& trials, const std::string& family, const std::string& problem_key) {
-  std::string want_dtype, dtype;
+  std::string want_dtype;
   const auto wanted = parse_dims(problem_key, &want_dtype);
   std::vector<TrialRow> rows;
   for (const auto& t : trials) {
     if (t.family != family) continue;
-    dtype.clear();
-    if (parse_dims(t.problem, &dtype) != wanted || (!want_dtype.empty() && dtype != want_dtype)) continue;
+    if (t.shape.dims != wanted || (!want_dtype.empty() && core::to_string(t.shape.dtype) != want_dtype)) continue;
     rows.push_back(t);
   }
   // Measured first (fastest first), then the rest in trial order.
@@ -258,11 +266,7 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
   return best;
 }
 
-bool has_learned_sinks(const std::string& problem_key) {
-  const auto d = parse_dims(problem_key);
-  const auto it = d.find("learned_sinks");
-  return it != d.end() && it->second != 0;
-}
+bool has_learned_sinks(const core::Problem& problem) { return problem.get("learned_sinks", 0) != 0; }
 
 namespace {
 // attn_fwd, then every stage of the backward's ways (kernels/attn_bwd_ways.hpp) in their declaration order, then
@@ -305,7 +309,7 @@ Table backward_end_to_end(const std::vector<TrialRow>& trials) {
   for (const char* c : {"bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "bwd_over_fwd", "configs", "runs"})
     out.columns.push_back(c);
   for (const auto& [key, stage] : by_problem) {
-    const bool sinks = has_learned_sinks(key.first);
+    const bool sinks = has_learned_sinks(stage.begin()->second.shape);  // every winner of the problem has it
     const auto sum = backward_sum(sinks, [&](const std::string& f) { return stage.count(f) ? &stage.at(f) : nullptr; });
     if (!sum) continue;
     const double bwd = sum->ms;

@@ -18,9 +18,10 @@ namespace flashtune::cli {
 // One recorded trial, as db::Store::trials() reads it.
 using db::TrialRow;
 
-/// "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when given).
+/// A problem key the user typed, "batch=8,seq_q=256,dtype=f32" -> {batch: 8, seq_q: 256}; dtype goes to *dtype (when
+/// given). Throws core::UserError for a value that is not an integer. Recorded rows carry theirs typed (TrialRow::shape).
 std::map<std::string, std::int64_t> parse_dims(const std::string& problem_key, std::string* dtype = nullptr);
-/// "block_m=64,num_warps=4" -> {block_m: 64, num_warps: 4}.
+/// A config key the user typed, "block_m=64,num_warps=4" -> {block_m: 64, num_warps: 4} (TrialRow::tunables typed).
 std::map<std::string, std::int64_t> parse_config(const std::string& config_key);
 
 /// The fastest measured trial per (family, stage, problem, gpu), ordered by those keys.
@@ -36,9 +37,21 @@ std::string compare_verdict(double a_ms, double a_noise, double b_ms, double b_n
 /// mean time ratio B/A over configs measured in both.
 Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& b, std::string* summary);
 
-/// Best-so-far median against the trial index (1-based, every trial counted, failed ones too) per
-/// (family, stage, problem); strategy_of(family) names the strategy in each row.
-Table convergence(const std::vector<TrialRow>& trials, const std::map<std::string, std::string>& strategy_of);
+/// One trial on the way to a (family, stage, problem)'s best: the best-so-far median after it.
+struct ConvergenceRow {
+  TrialRow trial;
+  std::string strategy;                 ///< strategy_of(family), "unknown" when absent
+  int index = 0;                        ///< 1-based within its (family, stage, problem), every trial counted, failed ones too
+  std::optional<double> best_so_far_ms; ///< [ms] the fastest measured median up to and including this trial
+  bool improved = false;                ///< this trial set best_so_far_ms
+};
+/// Every trial's ConvergenceRow, grouped by (family, stage, problem) in order of each group's first trial, the
+/// trials of a group in recorded order; strategy_of(family) names the strategy.
+std::vector<ConvergenceRow> convergence(const std::vector<TrialRow>& trials,
+                                        const std::map<std::string, std::string>& strategy_of);
+/// `query convergence`'s table of those rows: family, stage, problem, strategy, trial, config, status, median_ms,
+/// best_so_far_ms, improved.
+Table convergence_table(const std::vector<ConvergenceRow>& rows);
 
 /// How one config did on every problem it was measured on: its median, the best config's median there
 /// and the ratio (1.0 = it was the best), per (stage, problem, gpu).
@@ -62,8 +75,8 @@ struct BackwardSum {
 };
 std::optional<BackwardSum> backward_sum(bool learned_sinks,
                                         const std::function<const TrialRow*(const std::string& family)>& winner);
-/// learned_sinks != 0 in a problem key.
-bool has_learned_sinks(const std::string& problem_key);
+/// learned_sinks != 0 in the problem.
+bool has_learned_sinks(const core::Problem& problem);
 
 /// The fastest measured trial of attn_fwd and of each attn_bwd_* stage per (problem key, gpu), by family.
 std::map<std::pair<std::string, std::string>, std::map<std::string, TrialRow>> stage_winners(
