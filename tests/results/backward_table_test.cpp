@@ -18,6 +18,9 @@ TrialRow trial(const std::string& family, double ms, const std::string& problem)
   TrialRow t;
   t.family = family, t.stage = family, t.problem = problem, t.gpu = "H100", t.status = "ok", t.median_ms = ms;
   t.config = "block_m=64", t.run_id = 1;
+  t.shape.dims = {{"batch", 1}, {"heads_q", 64}, {"heads_kv", 8}, {"seq_q", 4096}, {"head_dim", 64}, {"causal", 1},
+                  {"window", 128}, {"learned_sinks", 1}};
+  t.shape.dtype = flashtune::core::DType::bf16;
   return t;
 }
 
