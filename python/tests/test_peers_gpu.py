@@ -193,19 +193,25 @@ class PlantedBugs(unittest.TestCase):
         self.assertEqual(r["fwd"]["status"], "ok", r["fwd"]["reason"])
 
 
+def run_child(job, launcher):
+    """(process, result JSON) of `python3 LAUNCHER --job J --out R` on `job` (launcher: ["-m", "flashtune.peers"] or
+    ["-c", script])."""
+    with tempfile.TemporaryDirectory() as d:
+        jp, out = os.path.join(d, "job.json"), os.path.join(d, "out.json")
+        with open(jp, "w") as f:
+            json.dump(job, f)
+        env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        p = subprocess.run([sys.executable, *launcher, "--job", jp, "--out", out], capture_output=True, text=True,
+                           env=env, timeout=600)
+        with open(out) as f:
+            return p, json.load(f)
+
+
 class CommandLine(unittest.TestCase):
     def test_cli_runs_a_job_and_exits_0(self):
         job = dict(JOB, peers=["sdpa_efficient", "fa4"], problems=[JOB["problems"][DENSE]])
-        with tempfile.TemporaryDirectory() as d:
-            jp, out = os.path.join(d, "job.json"), os.path.join(d, "out.json")
-            with open(jp, "w") as f:
-                json.dump(job, f)
-            env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            p = subprocess.run([sys.executable, "-m", "flashtune.peers", "--job", jp, "--out", out],
-                               capture_output=True, text=True, env=env, timeout=600)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            with open(out) as f:
-                result = json.load(f)
+        p, result = run_child(job, ["-m", "flashtune.peers"])
+        self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(result["results"]), 4)
         self.assertEqual(sum("problem 0" in line for line in p.stderr.splitlines()), 4, p.stderr)
         for r in result["results"]:
@@ -225,16 +231,8 @@ class CommandLine(unittest.TestCase):
             "peers.SdpaPeer.forward = boom\n"
             "sys.exit(peers.main(sys.argv[1:]))\n")
         job = dict(JOB, peers=["sdpa_efficient", "flex"], problems=[JOB["problems"][DENSE]])
-        with tempfile.TemporaryDirectory() as d:
-            jp, out = os.path.join(d, "job.json"), os.path.join(d, "out.json")
-            with open(jp, "w") as f:
-                json.dump(job, f)
-            env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            p = subprocess.run([sys.executable, "-c", script, "--job", jp, "--out", out], capture_output=True,
-                               text=True, env=env, timeout=600)
-            self.assertEqual(p.returncode, 3, p.stderr)
-            with open(out) as f:
-                result = json.load(f)
+        p, result = run_child(job, ["-c", script])
+        self.assertEqual(p.returncode, 3, p.stderr)
         self.assertIn("left the CUDA context unusable", p.stderr.splitlines()[-1])
         self.assertIsNone(result["in_flight"])
         self.assertEqual([(r["peer"], r["pass"], r["status"]) for r in result["results"]],
