@@ -61,6 +61,7 @@ py::object* g_error_class = nullptr;  // flashtune.FlashtuneError
 // The host-time probe (python/bench/attention_e2e.py): while on, each call adds its phases' [ns] here. Phases: the
 // eligibility checks, the output allocations, the runtime call (stream look-up and launch), and the whole call
 // from entry to return (autograd's bookkeeping and the Python wrapping are total minus the others).
+// For one thread's calls: calls from several threads at once (the GIL is released around the launch) may lose counts.
 enum Phase { kChecks, kAlloc, kLaunch, kTotal, kPhases };
 bool g_probe = false;
 std::array<std::int64_t, kPhases> g_probe_ns{};
@@ -235,7 +236,7 @@ py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   const int truth = PyObject_IsTrue(causal_obj.ptr());
   if (truth < 0) throw py::error_already_set();
   const bool causal = truth == 1;
-  const auto runtime = reinterpret_cast<std::int64_t>(g_runtime);
+  ft_runtime* const runtime = g_runtime;  // read with the GIL held: bind() may change it once it is released
   if (g_probe) g_probe_ns[kChecks] += probe_since(t0);
   try {
     at::Tensor o, lse;
@@ -244,9 +245,9 @@ py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
       const c10::cuda::CUDAGuard guard(q.device());
       if (at::GradMode::is_enabled() &&
           (q.requires_grad() || k.requires_grad() || v.requires_grad() || (sinks.defined() && sinks.requires_grad()))) {
-        std::tie(o, lse) = forward_with_grad(g_runtime, q, k, v, sinks, causal, window, sink_tokens);
+        std::tie(o, lse) = forward_with_grad(runtime, q, k, v, sinks, causal, window, sink_tokens);
       } else {
-        std::tie(o, lse) = forward_impl(g_runtime, q, k, v, sinks, causal, window, sink_tokens);
+        std::tie(o, lse) = forward_impl(runtime, q, k, v, sinks, causal, window, sink_tokens);
       }
     }
     py::tuple out = py::make_tuple(py::reinterpret_steal<py::object>(THPVariable_Wrap(o)),
