@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 
 #include <charconv>
+#include <unordered_map>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -59,7 +60,23 @@ constexpr const char* kTrialJoins =
     " FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
     "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id ";
 
-TrialRow read_trial(const Stmt& s) {
+// problems.json and configs.json values parsed once per distinct text: a query's rows share a few of each.
+struct ParsedJson {
+  std::unordered_map<std::string, core::Problem> problems;
+  std::unordered_map<std::string, core::Config> configs;
+  const core::Problem& problem(std::string text) {
+    const auto [it, added] = problems.try_emplace(std::move(text));
+    if (added) it->second = read_problem_json(it->first);
+    return it->second;
+  }
+  const core::Config& config(std::string text) {
+    const auto [it, added] = configs.try_emplace(std::move(text));
+    if (added) it->second = read_config_json(it->first);
+    return it->second;
+  }
+};
+
+TrialRow read_trial(const Stmt& s, ParsedJson& parsed) {
   TrialRow t;
   t.trial_id = s.int64(0), t.run_id = s.int64(1);
   t.experiment = s.text(2), t.experiment_path = s.text(3), t.gpu = s.text(4), t.family = s.text(5);
@@ -75,7 +92,7 @@ TrialRow read_trial(const Stmt& s) {
   t.copy_gbps = text_layer_real(s, 24);
   t.registers = opt_int(s, 25), t.spill_bytes = opt_int(s, 26), t.shared_static_bytes = opt_int(s, 27);
   t.compile_ms = text_layer_real(s, 28);
-  t.shape = read_problem_json(s.text(29)), t.tunables = read_config_json(s.text(30));
+  t.shape = parsed.problem(s.text(29)), t.tunables = parsed.config(s.text(30));
   return t;
 }
 
@@ -105,7 +122,8 @@ std::vector<TrialRow> Store::trials(std::int64_t run_id, const std::string& fami
                          "WHERE (?1 = 0 OR t.run_id = ?1) AND (?2 = '' OR t.family = ?2) ORDER BY t.id");
   s.bind(1, run_id).bind(2, family_filter);
   std::vector<TrialRow> out;
-  while (s.step()) out.push_back(read_trial(s));
+  ParsedJson parsed;
+  while (s.step()) out.push_back(read_trial(s, parsed));
   return out;
 }
 
@@ -125,9 +143,10 @@ std::vector<BestRow> Store::best(const std::string& family_filter) const {
              "JOIN ranked ON ranked.id = t.id WHERE ranked.rank = 1 ORDER BY t.family, t.stage, p.key, r.gpu_name");
   s.bind(1, family_filter);
   std::vector<BestRow> out;
+  ParsedJson parsed;
   while (s.step()) {
     BestRow b;
-    b.trial = read_trial(s);
+    b.trial = read_trial(s, parsed);
     if (!s.is_null(kTrialColumnCount)) b.copy_ratio = s.real(kTrialColumnCount);
     b.ok_trials = s.int64(kTrialColumnCount + 1);
     out.push_back(std::move(b));
