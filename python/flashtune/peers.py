@@ -626,6 +626,14 @@ def _progress(n, total, problem, peer, pass_name, entry, flops):
     print(msg, file=sys.stderr, flush=True)
 
 
+def _set_in_flight(result, out_path, index, peer, pass_name):
+    """Names (index, peer, pass) as the measurement under way in the result file, rewritten when that changes."""
+    now = {"index": index, "peer": peer, "pass": pass_name}
+    if result.get("in_flight") != now:
+        result["in_flight"] = now
+        write_result(out_path, result)
+
+
 def run_job(job, out_path, output_hook=None):
     """Runs every (problem, peer, pass) of `job` on CUDA device 0, rewriting `out_path` after each result.
     One peer's failure never stops the others. Returns the result object (python/README.md)."""
@@ -643,24 +651,26 @@ def run_job(job, out_path, output_hook=None):
         seed = job.seed or random.SystemRandom().randrange(1, 2**31)
         flops = shape.fwd_flops()
         for peer in peers:
+            passes = [s for s in problem.passes if (problem.index, peer.name, s) not in job.skip]
+            if not passes:  # measured (or lost) by an earlier process: not even prepared again
+                continue
             try:
                 library = peer.library()
             except Exception as e:
                 library = f"{peer.name} ({type(e).__name__})"
             why = peer.check(shape)
             prepared = None
+            # Each measurement is named before it runs (the first one before the peer's setup too): if the process
+            # dies during it, the caller knows which measurement did it.
+            _set_in_flight(result, out_path, problem.index, peer.name, passes[0])
             if why is None:
                 try:
                     peer.prepare(shape, device)
                     prepared = True
                 except Exception as e:  # the peer's setup failed: every pass says so
                     prepared = _classify(e, [])
-            for pass_name in problem.passes:
-                if (problem.index, peer.name, pass_name) in job.skip:
-                    continue
-                # Named before it runs: if the process dies during it, the caller knows which measurement did it.
-                result["in_flight"] = {"index": problem.index, "peer": peer.name, "pass": pass_name}
-                write_result(out_path, result)
+            for pass_name in passes:
+                _set_in_flight(result, out_path, problem.index, peer.name, pass_name)
                 entry = {"index": problem.index, "peer": peer.name, "pass": pass_name, "library": library,
                          "status": "ok", "reason": "", "seed": seed, "timing": None, "validation": None,
                          "device_bytes": None}

@@ -32,7 +32,6 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
