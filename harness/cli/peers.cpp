@@ -232,12 +232,9 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
         break;
       }
       auto got = parse_peer_results(read_result(result_path), problems, result_path.string());
-      if (parsed.gpu_name.empty()) {
-        auto records = std::move(parsed.records);
-        auto items = std::move(parsed.items);
-        parsed = got;
-        parsed.records = std::move(records), parsed.items = std::move(items);
-      }
+      if (parsed.gpu_name.empty())  // the machine and libraries: as the first child that reached the GPU says
+        parsed.gpu_name = got.gpu_name, parsed.gpu_uuid = got.gpu_uuid, parsed.cuda_version = got.cuda_version,
+        parsed.libraries = got.libraries;
       std::size_t added = 0;
       for (std::size_t i = 0; i < got.records.size(); ++i) {
         if (std::find(skip.begin(), skip.end(), got.items[i]) != skip.end()) continue;  // a child repeating itself
@@ -247,7 +244,7 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
         ++added;
       }
       if (child_status == 0 || timed_out || parsed.gpu_name.empty()) break;
-      if (got.in_flight && std::find(skip.begin(), skip.end(), *got.in_flight) == skip.end() && !problems.empty()) {
+      if (got.in_flight && std::find(skip.begin(), skip.end(), *got.in_flight) == skip.end()) {
         const auto& item = *got.in_flight;
         if (item.index < 0 || std::size_t(item.index) >= problems.size())
           throw core::UserError(result_path.string() + ": in_flight names problem " + std::to_string(item.index) +
@@ -259,15 +256,13 @@ int cmd_peers(const std::vector<std::string>& args, const std::string& command_l
         parsed.records.push_back(std::move(lost));
         parsed.items.push_back(item);
         skip.push_back(item);
-        ++added;
         std::cerr << "flashtune.peers exited with status " << child_status << " during " << item.peer << " " << item.pass
                   << " of problem " << item.index << ": recorded as an error; the rest in a new process\n";
-      } else if (child_status == 3 && added > 0) {
+      } else if (child_status == 3 && added > 0) {  // its last measurement recorded the sticky error
         std::cerr << "flashtune.peers found the CUDA context unusable (exit status 3): the rest in a new process\n";
       } else {
-        break;  // died without naming what it was doing: what it measured is kept, nothing is retried
+        break;  // died without naming what it was doing, or did nothing new: what it measured is kept, no retry
       }
-      if (added == 0) break;
     }
   } else {
     parsed = parse_peer_results(read_result(result_path), problems, result_path.string());
