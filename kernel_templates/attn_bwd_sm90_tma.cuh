@@ -11,10 +11,15 @@
 // warpgroup's last wgmma reading the stage, dK += dS^T Q, completed). Each consumer warpgroup
 // owns 64 keys and runs the transposed products of ft/attn_bwd.cuh per item:
 //   S^T = K Q^T, dP^T = V dO^T (ss), P^T from LSE, dV += P^T dO (rs, left running), dS^T = P^T (dP^T - D) into
-//   fragments of its own, dS^T (as T) into a shared tile (two buffers, alternating per item); once every consumer
-//   warpgroup's rows are in (named barrier 1), its first piece of dQ = dS K (ss, fp32), then dK += dS^T Q (rs), and
-//   the piece staged in shared memory while dK runs (one buffer per piece, "dq full" once its warpgroup's threads
-//   have written it): FlashAttention-3's order. dK (times scale) and dV are stored at the end.
+//   fragments of its own, dS^T (as T) into a shared tile (two buffers, alternating per item), then dK += dS^T Q (rs).
+// Every piece of dQ = dS K (ss, fp32) is consumer warpgroup 0's: once both warpgroups' rows are in, it issues its
+// first piece, then dK, and stages the piece in shared memory while dK runs (one buffer per piece, "dq full" once
+// its threads have written it; FlashAttention-3's order), then any further piece. Warpgroup 1 only signals that
+// its rows are in and goes on (named barriers 1 + buffer), waiting only before it overwrites a buffer that
+// warpgroup 0's dQ of two items back may still read (named barriers 3 + buffer): it runs up to two items ahead,
+// and the two warpgroups' softmax and wgmma phases interleave instead of meeting once per item (session 28: 1-3 %
+// faster than one barrier for both and a piece each, same call on one H100). dK (times scale) and dV are stored
+// at the end.
 // The producer's warps 2 and 3 are the dQ writers (FlashAttention-3's layout): warp 2 + (piece % 2) waits for a
 // piece's "dq full", adds it into the fp32 accumulator p.ws by one bulk reduce-add (cp.reduce.async.bulk add.f32,
 // lane 0) and frees the buffer ("dq empty") once the add has read it, so the consumers go on to the next item
@@ -44,7 +49,8 @@
 // Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
 // slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
 // slabs), the dQ staging tile (kBlockM x kHeadDim floats, pieces in the accumulator's order), the mbarriers: K / V
-// full, per stage full and empty, per dQ piece full and empty. Named barrier 1: the dS^T tile (every consumer thread).
+// full, per stage full and empty, per dQ piece full and empty. Named barriers 1, 2: dS^T buffer 0, 1 full (both
+// warpgroups' rows in; with one consumer warpgroup, barrier 1 is its four warps'); 3, 4: buffer 0, 1 free.
 #pragma once
 
 #include "attn_params.cuh"
@@ -288,17 +294,27 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       unsigned af[kPSteps][4], af_ds[kPSteps][4];
       ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
                                                         p.seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
-      // This item's dS^T tile was last read by item i - 2's dQ, which every warpgroup waited for before arriving
-      // at item i - 1's barrier, which this warpgroup has passed.
+      // The dS^T tile of item i (buffer i % 2) was last read by item i - 2's dQ, which only warpgroup 0 issues
+      // (every piece is its own): warpgroup 1 waits for its "free" signal before writing, then signals "full"
+      // without waiting, so that it runs ahead of warpgroup 0 by up to two items and the two warpgroups' softmax
+      // and wgmma phases interleave instead of meeting once per item. Named barriers 1 + buffer (full: warpgroup 1
+      // arrives, 0 waits) and 3 + buffer (free: 0 arrives after the item's last dQ has completed, 1 waits); one
+      // pair per buffer, so that neither side can arrive twice at a barrier before the other has used it.
+      if (kConsumers == 2 && cw == 1 && i >= 2) ft_named_barrier_sync(3 + (i & 1), 256);
       ft_bwd_store_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0, g, t4);
-      ft_fence_proxy_async();                      // the dS^T stores, read next by wgmma
-      ft_named_barrier_sync(1, 128 * kConsumers);  // every warpgroup's rows are in
+      ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
+      if constexpr (kConsumers == 2) {
+        if (cw == 1) ft_named_barrier_arrive(1 + (i & 1), 256);
+        else ft_named_barrier_sync(1 + (i & 1), 256);  // every warpgroup's rows are in
+      } else {
+        ft_named_barrier_sync(1, 128);  // the warpgroup's four warps' rows are in
+      }
       // FlashAttention-3's order: this warpgroup's first dQ piece, then dK += dS^T Q (it reads the dS^T fragments
       // and Q, which dQ does not touch), so that the piece is staged while dK runs. dV (issued before the barrier)
       // and the piece complete at the first wait; dK, and with it the stage's last read, at the next full wait.
       bool dk_issued = false;
 #pragma unroll
-      for (int piece = cw; piece < kDqPieces; piece += kConsumers) {
+      for (int piece = cw == 0 ? 0 : kDqPieces; piece < kDqPieces; ++piece) {  // every piece on warpgroup 0
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
@@ -327,6 +343,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         ft_fence_proxy_async();  // the stores, read next by the bulk add (async proxy)
         ft_mbarrier_arrive(dq_full(piece));
       }
+      // Warpgroup 0: the item's dQ has completed (the piece loop's waits), its dS^T buffer is free for item i + 2.
+      if (kConsumers == 2 && cw == 0 && i + 2 < n_items) ft_named_barrier_arrive(3 + (i & 1), 256);
       if (!dk_issued) issue_regs_by_tile(dk_acc, af_ds, smem_q);  // a warpgroup without a dQ piece
       ft_wgmma_wait<0>();  // dK (and dV)
       ft_fence_regs<kHeadDim / 2>(dk_acc);

@@ -119,7 +119,7 @@ struct FtAttnEagerParams {
 
 // The dQ split of the TMA backward (attn_bwd_fused_tma_kernel; the host's register estimate): a block_m x head_dim
 // dQ tile is block_m / 64 row blocks x split() column chunks of head_dim / split() columns (64 or 128), its pieces
-// dealt round-robin to the consumer warpgroups.
+// all issued by the first consumer warpgroup (the kernel's comment says why).
 struct FtBwdDqSplit {
   static constexpr FT_HOST_DEVICE int split(int head_dim, int block_m, int consumers) {
     const int s = consumers / (block_m / 64);

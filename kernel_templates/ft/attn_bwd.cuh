@@ -89,15 +89,16 @@ __device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsign
 // dQ piece (64 query rows x kDqN columns, fp32, kDqN / 2 per thread) = dS K over the block's kBlockN keys:
 // A = the dS^T tile's 64-query slab at ds_slab read M-major, B = the K tile's columns from k_col (a 64-column slab
 // start) read N-major; K's slabs lie kSlabKv apart. Issued and committed, not waited for.
+// The two base descriptors are stepped by ft_wgmma_desc_step (one add each): built per step, the compiler hoisted
+// the 8 of K's out of the item loop, and the TMA kernel at head_dim 128 spilled them and reloaded them right after
+// the dS^T barrier.
 template <typename T, int kDqN, int kBlockN, int kSlabDs, int kSlabKv>
 __device__ __forceinline__ void ft_bwd_issue_dq(float* dq, unsigned ds_slab, unsigned k_col) {
+  const unsigned long long da0 = ft_wgmma_desc(ds_slab, kSlabDs, 1024), db0 = ft_wgmma_desc(k_col, kSlabKv, 1024);
   ft_wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < kBlockN / 16; ++ks) {
-    const unsigned long long da = ft_wgmma_desc(ds_slab + unsigned(ks * 2048), kSlabDs, 1024);
-    const unsigned long long db = ft_wgmma_desc(k_col + unsigned(ks * 2048), kSlabKv, 1024);
-    FtWgmma<T, kDqN>::template ss<1, 1>(dq, da, db, ks > 0);
-  }
+  for (int ks = 0; ks < kBlockN / 16; ++ks)
+    FtWgmma<T, kDqN>::template ss<1, 1>(dq, ft_wgmma_desc_step(da0, ks * 2048), ft_wgmma_desc_step(db0, ks * 2048), ks > 0);
   ft_wgmma_commit();
 }
 

@@ -26,6 +26,11 @@ __device__ __forceinline__ unsigned long long ft_wgmma_desc(unsigned addr, unsig
   return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((leading & 0x3FFFF) >> 4) << 16) |
          ((unsigned long long)((stride & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of the address `bytes` (a multiple of 16) past desc's: the start address field (bits 0-13, address /
+// 16) plus bytes / 16, with no carry out of the field while both addresses lie in shared memory (below 256 KiB).
+__device__ __forceinline__ unsigned long long ft_wgmma_desc_step(unsigned long long desc, int bytes) {
+  return desc + (unsigned long long)(bytes >> 4);
+}
 
 // ---------------------------------------------------------------------------------------------
 // D (64 x kN, fp32 accumulators, kN / 2 per thread) (+)= A (64 x 16) * B (16 x kN), kN in {16, 32, 64,

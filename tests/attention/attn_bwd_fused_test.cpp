@@ -138,9 +138,10 @@ TEST(AttnBwdFused, CanRunGivesReasonsAndTheShapeCoversTheKeys) {
 }
 
 // Every default mma 90 config can_run admits, in the heaviest mask variant (causal, window, sink tokens) and plain,
-// bf16, and one config in fp16, compiles for sm_90a. Head dim 64: no spills, but for the windowed 128-row items,
-// which sit at the 255-register cap and spill 12 bytes since P^T moved into ft/attn_bwd.cuh (session 22; 0 with
-// the same code inline). Head dim 128 (one config shape fits: 64-row items, two warpgroups): dK, dV (128
+// bf16, and one config in fp16, compiles for sm_90a. Head dim 64: no spills, but for the 128-row items, which sit
+// at the 255-register cap: the windowed ones spill 12 bytes since P^T moved into ft/attn_bwd.cuh (session 22; 0
+// with the same code inline), and the plain two-warpgroup one 32 since dQ's descriptors are stepped from one base
+// (session 28; before, it spilled nothing but ptxas serialized its wgmma, C7511). Head dim 128 (one config shape fits: 64-row items, two warpgroups): dK, dV (128
 // registers) beside S^T, dP^T and a 64-column dQ piece sit at the cap and ptxas spills a few words (4 to 20 bytes
 // seen with NVRTC 13.0); more than 32 bytes would mean the kernel grew.
 TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
@@ -164,7 +165,7 @@ TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
   const auto d128 = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90.cuh", inst[1], "sm_90a");
   ASSERT_TRUE(d128.record.ok) << d128.record.log.substr(0, 4000);
   EXPECT_EQ(d128.entries, int(inst[1].size()));
-  EXPECT_LE(most_spill(d64.record.log), 12) << d64.record.log;
+  EXPECT_LE(most_spill(d64.record.log), 32) << d64.record.log;
   EXPECT_LE(most_spill(d128.record.log), 32) << d128.record.log;
   EXPECT_LE(std::max(d64.max_registers, d128.max_registers), 255);
 }
@@ -262,9 +263,10 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
 
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
 // admits compiles for sm_90a, and with deterministic dQ (dq_order 2) on the heaviest mask; one consumer warpgroup
-// (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words. (The
-// most, 108 bytes, is head_dim 128 with two consumers, deterministic, windowed: ~24 in the consumers before the
-// block-order mapping, the rest in the dQ writer warps, which run on the producer's 24 registers.)
+// (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words, but
+// for head_dim 128 with one stage: since every dQ piece is warpgroup 0's (session 28), its consumers spill ~20
+// words there (152 bytes with deterministic dQ and the writer warps', which run on the producer's 24 registers);
+// with two stages, the configs that win, the consumers spill 1-4 words and the whole kernel 40-68 bytes.
 TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto& f = fused();
   const auto dev = core::DeviceLimits::for_arch("sm_90a");
@@ -287,5 +289,5 @@ TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
   EXPECT_EQ(r.entries, int(inst.size()));
-  EXPECT_LE(most_spill(r.record.log), 112) << r.record.log;
+  EXPECT_LE(most_spill(r.record.log), 160) << r.record.log;
 }
