@@ -19,38 +19,15 @@ core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const
     if (mode != "cold" && mode != "hot") ctx.fail(e->value, e->path, "expected cold or hot, got '" + mode + "'");
     m.cold = mode == "cold";
   }
-  if (const Entry* e = r.get("warmup")) {
-    m.warmup = to_int32(ctx, e->value, e->path);
-    if (m.warmup < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0", e->value));
-  }
-  if (const Entry* e = r.get("warmup_s")) {
-    m.warmup_s = to_double(ctx, e->value, e->path);
-    if (m.warmup_s < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s]", e->value));
-  }
-  if (const Entry* e = r.get("min_samples")) {
-    m.min_samples = to_int32(ctx, e->value, e->path);
-    if (m.min_samples < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
-  }
-  if (const Entry* e = r.get("max_samples")) {
-    m.max_samples = to_int32(ctx, e->value, e->path);
-    if (m.max_samples < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
-  }
-  if (const Entry* e = r.get("noise_target")) {
-    m.noise_target = to_double(ctx, e->value, e->path);
-    if (m.noise_target <= 0) ctx.fail(e->value, e->path, got_msg("must be > 0", e->value));
-  }
-  if (const Entry* e = r.get("min_time_s")) {
-    m.min_time_s = to_double(ctx, e->value, e->path);
-    if (m.min_time_s < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s]", e->value));
-  }
-  if (const Entry* e = r.get("max_time_s")) {
-    m.max_time_s = to_double(ctx, e->value, e->path);
-    if (m.max_time_s <= 0) ctx.fail(e->value, e->path, got_msg("must be > 0 [s]", e->value));
-  }
-  if (const Entry* e = r.get("watchdog_s")) {
-    m.watchdog_s = to_double(ctx, e->value, e->path);
-    if (m.watchdog_s < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s] (0: no watchdog)", e->value));
-  }
+  read_checked(ctx, r, "warmup", m.warmup, to_int32, [](auto x) { return x >= 0; }, "must be >= 0");
+  read_checked(ctx, r, "warmup_s", m.warmup_s, to_double, [](auto x) { return x >= 0; }, "must be >= 0 [s]");
+  read_checked(ctx, r, "min_samples", m.min_samples, to_int32, [](auto x) { return x >= 1; }, "must be >= 1");
+  read_checked(ctx, r, "max_samples", m.max_samples, to_int32, [](auto x) { return x >= 1; }, "must be >= 1");
+  read_checked(ctx, r, "noise_target", m.noise_target, to_double, [](auto x) { return x > 0; }, "must be > 0");
+  read_checked(ctx, r, "min_time_s", m.min_time_s, to_double, [](auto x) { return x >= 0; }, "must be >= 0 [s]");
+  read_checked(ctx, r, "max_time_s", m.max_time_s, to_double, [](auto x) { return x > 0; }, "must be > 0 [s]");
+  read_checked(ctx, r, "watchdog_s", m.watchdog_s, to_double,
+               [](auto x) { return x >= 0; }, "must be >= 0 [s] (0: no watchdog)");
   auto blame = [&](const char* a, const char* b) -> const Entry& {  // the key that made the pair wrong
     if (const Entry* e = r.get(a)) return *e;
     return r.require(b);
@@ -72,14 +49,8 @@ core::MeasureSettings read_measure(const Ctx& ctx, const YAML::Node& node, const
 Limits read_limits(const Ctx& ctx, const YAML::Node& node, const std::string& path) {
   Limits l;
   MapReader r(ctx, node, path, {"max_problems", "max_configs"});
-  if (const Entry* e = r.get("max_problems")) {
-    l.max_problems = to_int(ctx, e->value, e->path);
-    if (l.max_problems < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
-  }
-  if (const Entry* e = r.get("max_configs")) {
-    l.max_configs = to_int(ctx, e->value, e->path);
-    if (l.max_configs < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
-  }
+  read_checked(ctx, r, "max_problems", l.max_problems, to_int, [](auto x) { return x >= 1; }, "must be >= 1");
+  read_checked(ctx, r, "max_configs", l.max_configs, to_int, [](auto x) { return x >= 1; }, "must be >= 1");
   return l;
 }
 
@@ -88,10 +59,8 @@ core::ValidateSettings read_validate(const Ctx& ctx, const YAML::Node& node, con
   MapReader r(ctx, node, path, {"enabled", "seed", "atol"});
   if (const Entry* e = r.get("enabled")) v.enabled = to_bool(ctx, e->value, e->path);
   if (const Entry* e = r.get("seed")) v.seed = to_uint(ctx, e->value, e->path);
-  if (const Entry* e = r.get("atol")) {
-    v.atol = to_double(ctx, e->value, e->path);
-    if (v.atol < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 (leave it out for the family's default)", e->value));
-  }
+  read_checked(ctx, r, "atol", v.atol, to_double,
+               [](auto x) { return x >= 0; }, "must be >= 0 (leave it out for the family's default)");
   return v;
 }
 
@@ -120,32 +89,21 @@ core::StrategySettings read_strategy(const Ctx& ctx, const YAML::Node& node, con
                                                           " (allowed: " + join(allowed) + ")");
     }
   MapReader r(ctx, node, path, allowed);
-  if (const Entry* e = r.get("budget_trials")) {
-    s.budget_trials = to_int(ctx, e->value, e->path);
-    if (s.budget_trials < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 (0: no limit)", e->value));
-  }
-  if (const Entry* e = r.get("budget_seconds")) {
-    s.budget_seconds = to_double(ctx, e->value, e->path);
-    if (s.budget_seconds < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 [s] (0: no limit)", e->value));
-  }
+  read_checked(ctx, r, "budget_trials", s.budget_trials, to_int,
+               [](auto x) { return x >= 0; }, "must be >= 0 (0: no limit)");
+  read_checked(ctx, r, "budget_seconds", s.budget_seconds, to_double,
+               [](auto x) { return x >= 0; }, "must be >= 0 [s] (0: no limit)");
   if (const Entry* e = r.get("seed")) s.seed = to_uint(ctx, e->value, e->path);
   if (const Entry* e = r.get("early_exit")) {
     s.early_exit = to_double(ctx, e->value, e->path);
     if (s.early_exit != 0 && !(s.early_exit > 1))
       ctx.fail(e->value, e->path, got_msg("must be > 1 (a multiple of the best median so far) or 0 (off)", e->value));
   }
-  if (const Entry* e = r.get("finalists")) {
-    s.finalists = to_int32(ctx, e->value, e->path);
-    if (s.finalists < 0) ctx.fail(e->value, e->path, got_msg("must be >= 0 (0 or 1: no re-measurement)", e->value));
-  }
-  if (const Entry* e = r.get("finalist_rounds")) {
-    s.finalist_rounds = to_int32(ctx, e->value, e->path);
-    if (s.finalist_rounds < 1) ctx.fail(e->value, e->path, got_msg("must be >= 1", e->value));
-  }
-  if (const Entry* e = r.get("tie_band")) {
-    s.tie_band = to_double(ctx, e->value, e->path);
-    if (s.tie_band < 0 || s.tie_band >= 1) ctx.fail(e->value, e->path, got_msg("must be in [0, 1) (0.01 = 1 %)", e->value));
-  }
+  read_checked(ctx, r, "finalists", s.finalists, to_int32,
+               [](auto x) { return x >= 0; }, "must be >= 0 (0 or 1: no re-measurement)");
+  read_checked(ctx, r, "finalist_rounds", s.finalist_rounds, to_int32, [](auto x) { return x >= 1; }, "must be >= 1");
+  read_checked(ctx, r, "tie_band", s.tie_band, to_double,
+               [](auto x) { return x >= 0 && x < 1; }, "must be in [0, 1) (0.01 = 1 %)");
   for (const auto& o : own)
     if (const Entry* e = r.get(o.name)) {
       const double v = to_double(ctx, e->value, e->path);

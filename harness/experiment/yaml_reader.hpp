@@ -105,4 +105,15 @@ bool to_bool(const Ctx& ctx, const YAML::Node& n, const std::string& path);
 // A scalar or a non-empty list of scalars, as (node, path) pairs for the caller to convert.
 std::vector<std::pair<YAML::Node, std::string>> one_or_list(const Ctx& ctx, const YAML::Node& n, const std::string& path);
 
+/// A range-checked setting: key `key` of `r`, if given, read by `read` (to_int, to_int32, to_double) into `out`;
+/// `ok(out)` false fails at the value with got_msg(rule) ("must be >= 0, got -3"). Absent, `out` keeps its default.
+template <class T, class Ok>
+void read_checked(const Ctx& ctx, const MapReader& r, const char* key, T& out,
+                  T (*read)(const Ctx&, const YAML::Node&, const std::string&), Ok ok, const char* rule) {
+  if (const Entry* e = r.get(key)) {
+    out = read(ctx, e->value, e->path);
+    if (!ok(out)) ctx.fail(e->value, e->path, got_msg(rule, e->value));
+  }
+}
+
 }  // namespace flashtune::experiment::detail
