@@ -313,8 +313,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // and Q, which dQ does not touch), so that the piece is staged while dK runs. dV (issued before the barrier)
       // and the piece complete at the first wait; dK, and with it the stage's last read, at the next full wait.
       bool dk_issued = false;
+      // Every piece is warpgroup 0's (warpgroup 1 skips the loop).
 #pragma unroll
-      for (int piece = kConsumers == 1 || cw == 0 ? 0 : kDqPieces; piece < kDqPieces; ++piece) {  // every piece on warpgroup 0
+      for (int piece = kConsumers == 1 || cw == 0 ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits

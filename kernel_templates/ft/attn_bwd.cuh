@@ -98,7 +98,8 @@ __device__ __forceinline__ void ft_bwd_issue_dq(float* dq, unsigned ds_slab, uns
   ft_wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kBlockN / 16; ++ks)
-    FtWgmma<T, kDqN>::template ss<1, 1>(dq, ft_wgmma_desc_step(da0, ks * 2048), ft_wgmma_desc_step(db0, ks * 2048), ks > 0);
+    FtWgmma<T, kDqN>::template ss<1, 1>(dq, ft_wgmma_desc_step(da0, ks * 2048), ft_wgmma_desc_step(db0, ks * 2048),
+                                        ks > 0);
   ft_wgmma_commit();
 }
 

@@ -141,9 +141,10 @@ TEST(AttnBwdFused, CanRunGivesReasonsAndTheShapeCoversTheKeys) {
 // bf16, and one config in fp16, compiles for sm_90a. Head dim 64: no spills, but for the 128-row items, which sit
 // at the 255-register cap: the windowed ones spill 12 bytes since P^T moved into ft/attn_bwd.cuh (session 22; 0
 // with the same code inline), and the plain two-warpgroup one 32 since dQ's descriptors are stepped from one base
-// (session 28; before, it spilled nothing but ptxas serialized its wgmma, C7511). Head dim 128 (one config shape fits: 64-row items, two warpgroups): dK, dV (128
-// registers) beside S^T, dP^T and a 64-column dQ piece sit at the cap and ptxas spills a few words (4 to 20 bytes
-// seen with NVRTC 13.0); more than 32 bytes would mean the kernel grew.
+// (session 28; before, it spilled nothing but ptxas serialized its wgmma, C7511). Head dim 128 (one config shape
+// fits: 64-row items, two warpgroups): dK, dV (128 registers) beside S^T, dP^T and a 64-column dQ piece sit at the
+// cap and ptxas spills a few words (4 to 20 bytes seen with NVRTC 13.0); more than 32 bytes would mean the kernel
+// grew.
 TEST(AttnBwdFused, EveryAdmittedDefaultConfigCompilesForSm90a) {
   const auto& f = fused();
   const auto dev = core::DeviceLimits::for_arch("sm_90a");
