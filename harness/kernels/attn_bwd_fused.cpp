@@ -2,9 +2,12 @@
 // variants, picked by the tunable mma: 90, the wgmma dkdv loop with cp.async (kernel_templates/attn_bwd_sm90.cuh),
 // which also adds each item's dS K into an fp32 dQ accumulator (the workspace) with atomics; 91, the warp-
 // specialized TMA kernel (attn_bwd_sm90_tma.cuh: a producer warpgroup, consumer warpgroups of 64 keys, dQ staged
-// in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order).
+// in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order); 92, the
+// windowed sweep (attn_bwd_sm90_sweep.cuh: causal sliding windows at head_dim 64, a block per chunk of query tiles,
+// the window's key tiles held by its consumer warpgroups, dQ complete per item, no accumulator).
 // launch() zeroes the accumulator, runs the pass, then the same kernel with convert = 1 (dq = scale * accumulator
-// in the dtype), all three timed. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
+// in the dtype), all three timed; mma 92 runs its pass and, with more than one chunk, the second launch that adds
+// the key tiles two chunks share. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
 // in key-block order, turn counters after the accumulator). The tuner's alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
 #include <algorithm>
 #include <cstring>
@@ -26,6 +29,32 @@ std::int64_t acc_rows(const Shape& s) { return (s.seq_q + 63) / 64 * 64; }
 std::int64_t acc_elements(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) * s.head_dim; }
 // mma 91's turn counters (deterministic dQ): one int per 64 x 64 piece of the accumulator, after it.
 std::int64_t turn_counters(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) / 64 * std::max<std::int64_t>(1, s.head_dim / 64); }
+
+// floor(a / b), b > 0.
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
+
+// The 64-key tiles a 64-row query tile sees under the causal window (the same for every tile: the band moves one tile
+// per tile): those of its first row's first key through its last row's last.
+std::int64_t sweep_tiles(const Shape& s) {
+  const std::int64_t off = s.seq_k - s.seq_q;
+  return floor_div(63 + off, 64) - floor_div(off - s.window + 1, 64) + 1;
+}
+
+// Chunks per (kv head, batch) pair: one block per SM for the whole grid (a block takes most of an SM's shared
+// memory), each chunk at least the consumer warpgroups' count of query tiles (so that a key tile is shared by two
+// chunks at most).
+std::int64_t sweep_chunks(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) {
+  const std::int64_t q_tiles = (s.seq_q + 63) / 64, pairs = s.heads_kv * s.batch;
+  const std::int64_t most = std::max<std::int64_t>(1, q_tiles / std::max<std::int64_t>(1, c.warpgroups()));
+  return std::clamp<std::int64_t>(d.num_sms / std::max<std::int64_t>(1, pairs), 1, most);
+}
+
+// The sweep's workspace [floats]: the head and tail partials (2 x (slots - 1) tiles of 64 x 64) of every chunk,
+// for dK and dV, at the most chunks any device gives (every chunk at least 2 query tiles); none for one chunk.
+std::int64_t sweep_workspace(const Shape& s) {
+  const std::int64_t chunks = (s.seq_q + 63) / 64 / 2;
+  return chunks < 2 ? 0 : 2 * s.batch * s.heads_kv * chunks * 2 * 2 * 4096;
+}
 
 class FusedWgmma final : public GradVariant {
  public:
@@ -141,11 +170,71 @@ class FusedTma final : public GradVariant {
   }
 };
 
+// mma 92, the windowed sweep (attn_bwd_sm90_sweep.cuh): the producer warpgroup and num_warps / 4 consumer warpgroups,
+// one 64-key slot each (block_n = 64 per slot, as the wgmma loop's rule); a block per chunk of query tiles per (kv
+// head, batch) pair. Causal sliding windows at head_dim 64, no sink tokens.
+class FusedSweep final : public GradVariant {
+ public:
+  FusedSweep()
+      : GradVariant({"sm90_sweep", "attn_bwd_sm90_sweep.cuh", {core::DType::f16, core::DType::bf16}, 92,
+                     "92 = the windowed sweep (sm_90a, causal sliding windows at head_dim 64): a block per chunk of "
+                     "query tiles, num_warps / 4 = 2 or 3 consumer warpgroups each holding one 64-key tile of the "
+                     "window, dQ complete per item, no atomics (deterministic)",
+                     {}, {"mma != 92 || (head_dim == 64 && block_m == 64 && num_warps >= 8 && num_warps <= 12 && 4 * num_stages <= num_warps)"}}) {}
+  std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    if (s.head_dim != 64 || c.block_m != 64) return "mma 92: head_dim 64 and block_m 64 only";
+    if (c.num_warps != 8 && c.num_warps != 12)
+      return "mma 92: num_warps must be 8 or 12 (2 or 3 consumer warpgroups, one 64-key tile of the window each)";
+    if (!s.causal || !s.has_window()) return "mma 92 sweeps a causal sliding window; this problem has none";
+    if (s.sink_tokens != 0) return "mma 92: no sink tokens (every query sees them: they are not in the band)";
+    const std::int64_t consumers = c.warpgroups(), tiles = sweep_tiles(s);
+    if (tiles > consumers)
+      return "mma 92: a 64-row query tile sees " + n(tiles) + " 64-key tiles under window " + n(s.window) +
+             " (seq_k - seq_q " + n(s.seq_k - s.seq_q) + "), more than the " + n(consumers) + " consumer warpgroups";
+    if (c.num_stages > consumers) return "mma 92: num_stages must be at most the consumer warpgroups (" + n(consumers) + ")";
+    if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 92 takes 1";
+    if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 92 takes 1";
+    if (auto why = wgmma_problem(c, s, d, smem_bytes(c), 0)) return "mma 92: " + *why;
+    return std::nullopt;
+  }
+  std::string name_expression(const BwdConfig& c, const Shape& s) const override {
+    return wgmma_name("attn_bwd_fused_sweep_tma_kernel", c, s);
+  }
+  // A block per chunk of query tiles, per kv head; the producer's 128 threads on top.
+  LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    LaunchShape l = grad_launch(sweep_chunks(c, s, d), s.heads_kv, c, s, smem_bytes(c));
+    l.block[0] += 128;
+    return l;
+  }
+  // FtAttnBwdTmaParams: the maps of Q, dO (64-row boxes), K and V (64-key boxes: one slot's tile); chunks is the
+  // launch's (AttnBwdFused::launch sets it from the grid).
+  std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
+    auto& params = std::get<ParamsArg>(shared.at(0));
+    BwdParams a;
+    std::memcpy(&a, params.bytes.data(), sizeof a);
+    using Tma = FtAttnBwdTmaParams<void>;
+    params.grow(sizeof(Tma));
+    attn::map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
+    attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
+    attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
+    params.set(offsetof(Tma, unit_group), std::int32_t(1));
+    params.set(offsetof(Tma, chunks), std::int32_t(1));
+    return shared;
+  }
+
+ private:
+  static std::int64_t smem_bytes(const BwdConfig& c) {
+    return FtAttnSmem::bwd_sweep(int(c.warpgroups()), int(c.num_stages));
+  }
+};
+
 class AttnBwdFused final : public GradStage {
  public:
   AttnBwdFused() : GradStage(Selector{"mma", &BwdConfig::mma, "tensor-core kernel: "}) {
     add_variant(std::make_unique<FusedWgmma>());
     add_variant(std::make_unique<FusedTma>());
+    add_variant(std::make_unique<FusedSweep>());
   }
   std::string name() const override { return "attn_bwd_fused"; }
   std::string template_file() const override { return "attn_bwd_sm90.cuh"; }
@@ -162,9 +251,24 @@ class AttnBwdFused final : public GradStage {
   bool launches_itself() const override { return true; }
   // The accumulator zeroed, the pass, the conversion (grid over the accumulator's 64-row blocks, four floats a
   // thread): all in the timed launch, as a caller of the backward pays them.
+  // mma 92 (the sweep) zeroes nothing: its pass, then (with more than one chunk) the second launch that adds the
+  // chunks' shared key tiles, grid over their floats, four a thread.
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
     attn::expect_buffers(env, std::size_t(kFusedAcc + 1), name());
+    const BwdConfig c(config);
+    if (c.mma == 92) {
+      auto args = arguments(config, p);
+      const unsigned chunks = env.shape.grid[0];
+      std::get<ParamsArg>(args.at(0)).set(offsetof(FtAttnBwdTmaParams<void>, chunks), std::int32_t(chunks));
+      launch_pass(env, args);
+      if (chunks > 1) {
+        const std::int64_t quads = std::int64_t(chunks - 1) * (c.warpgroups() - 1) * 1024, threads = env.shape.threads_per_block();
+        launch_second_pass(env, args, offsetof(BwdParams, convert),
+                           {unsigned((quads + threads - 1) / threads), unsigned(s.heads_kv), unsigned(s.batch)});
+      }
+      return;
+    }
     cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(acc_elements(s) + turn_counters(s)), 0u,
                    static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
@@ -207,7 +311,8 @@ class AttnBwdFused final : public GradStage {
   }
   // The fp32 accumulator, then mma 91's turn counters (int32, in the same buffer and zeroed with it).
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
-    b.push_back({"dq_accum", core::DType::f32, acc_elements(s) + turn_counters(s), BufferRole::workspace, 0, 0});
+    b.push_back({"dq_accum", core::DType::f32, std::max(acc_elements(s) + turn_counters(s), sweep_workspace(s)),
+                 BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};

@@ -72,17 +72,19 @@ __device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const Col
 // into the shared dS^T tile at smem_ds: kBlockN key rows x kBlockM queries in 64-query slabs of kSlabDs bytes,
 // 128-byte swizzle (16-byte chunk nt % 8 of a row sits at chunk (nt % 8) ^ (row % 8), row % 8 = g). The tile is
 // what dQ = dS K reads M-major (ft_bwd_issue_dq). The base is an opaque copy, so that the compiler keeps no
-// per-chunk addresses live across the item.
-template <int kBlockM, int kSlabDs>
+// per-chunk addresses live across the item. kChunk0: the fragments' first query column / 8 in the tile (a part of
+// the tile's queries: the sweep's 32-query halves).
+template <int kBlockM, int kSlabDs, int kChunk0 = 0>
 __device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsigned (*af)[4], int row, int g, int t4) {
   unsigned ds_row;
   asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned(row * 128 + 4 * t4)));
 #pragma unroll
-  for (int nt = 0; nt < kBlockM / 8; ++nt)
+  for (int i = 0; i < kBlockM / 8; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      const int nt = kChunk0 + i;
       const unsigned at = ds_row + unsigned((nt / 8) * kSlabDs + r * 1024 + (((nt % 8) ^ g) << 4));
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(af[nt / 2][(nt % 2) * 2 + r]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(af[i / 2][(i % 2) * 2 + r]) : "memory");
     }
 }
 

@@ -258,7 +258,7 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   EXPECT_NE(f.can_run(three, p64, sm90).value_or("").find("at most 2 consumer warpgroups"), std::string::npos);
   EXPECT_NE(f.can_run(c, p, core::DeviceLimits::for_arch("sm_80")).value_or("").find("sm_90a"), std::string::npos);
   auto bad = cfg(64, 128, 8, 2);
-  bad.values["mma"] = 92;
+  bad.values["mma"] = 93;
   EXPECT_NE(f.can_run(bad, p, sm90).value_or("").find("mma must be 90"), std::string::npos);
 }
 
@@ -291,4 +291,106 @@ TEST(AttnBwdFused, EveryAdmittedMma91ConfigCompilesForSm90a) {
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
   EXPECT_EQ(r.entries, int(inst.size()));
   EXPECT_LE(most_spill(r.record.log), 160) << r.record.log;
+}
+
+// mma 92, the windowed sweep: its own template and name, the TMA struct with 64-row boxes for all four maps (Q, dO:
+// a query tile; K, V: one slot's key tile), a block per chunk of query tiles (one block per SM over the grid, every
+// chunk at least the consumer warpgroups' count of tiles), 128 producer threads on top, its shared memory and
+// workspace, and reasons for what it cannot run.
+TEST(AttnBwdFused, Mma92IsTheWindowedSweep) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 1000}, {"head_dim", 64}, {"causal", 1},
+                          {"window", 128}, {"learned_sinks", 1}});
+  auto c = cfg(64, 192, 12, 2);
+  c.values["mma"] = 92;
+  ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
+  const auto spec = f.specialize(c, p);
+  EXPECT_EQ(spec.name_expression, "attn_bwd_fused_sweep_tma_kernel<ft_bf16, 64, 64, 3, 2, true, true>");
+  EXPECT_EQ(spec.template_file, "attn_bwd_sm90_sweep.cuh");
+  const std::string source = flashtune::testing::read_template("attn_bwd_sm90_sweep.cuh");
+  EXPECT_TRUE(flashtune::testing::takes_params_struct(source, "attn_bwd_fused_sweep_tma_kernel", "FtAttnBwdTmaParams"));
+  const auto args = f.arguments(c, p);
+  const auto buffers = f.buffers(p);
+  ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdTmaParams<void>), buffers), "");
+  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  ASSERT_EQ(a.maps.size(), 4u);
+  for (const auto& m : a.maps) EXPECT_EQ(m.box, (std::vector<std::uint32_t>{64, 64, 1, 1})) << "map at " << m.offset;
+  const auto s = f.launch_shape(c, p, sm90);
+  EXPECT_EQ(s.grid[0], 5u);  // 132 SMs / 4 (kv head, batch) pairs = 33, at most 16 query tiles / 3 per chunk
+  EXPECT_EQ(s.grid[1], 2u);
+  EXPECT_EQ(s.grid[2], 2u);
+  EXPECT_EQ(s.threads_per_block(), 384 + 128);
+  // Two (K, V) buffers per slot (3 x 2 x 16 KiB), two stages (17 KiB each), three dS^T tiles (24 KiB each), the
+  // alignment, 2 x 3 K / V and 2 x 2 stage mbarriers.
+  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(98304 + 2 * 17408 + 3 * 24576 + 1024 + 8 * 10));
+  // The workspace holds every chunk's head and tail tiles of dK and dV at the most chunks (8 here).
+  EXPECT_GE(buffers[kernels::attn_bwd::kFusedAcc].elements, std::int64_t(2) * 2 * 2 * 8 * 2 * 2 * 4096);
+  // dq_order 2 is what it does anyway (no atomics): admitted, same kernel.
+  auto det = c;
+  det.values["dq_order"] = 2;
+  EXPECT_EQ(f.can_run(det, p, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(det, p).name_expression, spec.name_expression);
+  // A window of 64 keys: a query tile sees two key tiles, two consumer warpgroups do; 128 needs three.
+  const auto p64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 64}, {"causal", 1}, {"window", 64}});
+  auto two = cfg(64, 128, 8, 2);
+  two.values["mma"] = 92;
+  EXPECT_EQ(f.can_run(two, p64, sm90), std::nullopt);
+  EXPECT_NE(f.can_run(two, p, sm90).value_or("").find("sees 3 64-key tiles under window 128"), std::string::npos)
+      << f.can_run(two, p, sm90).value_or("(runs)");
+  // seq_k - seq_q not a multiple of 64 puts the band over a fourth tile.
+  const auto off = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"seq_k", 532}, {"head_dim", 64}, {"causal", 1},
+                            {"window", 128}});
+  EXPECT_NE(f.can_run(c, off, sm90).value_or("").find("sees 4 64-key tiles"), std::string::npos);
+  const auto off64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"seq_k", 628}, {"head_dim", 64}, {"causal", 1},
+                              {"window", 128}});
+  EXPECT_EQ(f.can_run(c, off64, sm90), std::nullopt);
+  // What it cannot run.
+  auto why = [&](core::Config k, const core::Problem& q) { return f.can_run(k, q, sm90).value_or("(runs)"); };
+  auto three_stages = two;
+  three_stages.values["num_stages"] = 3;
+  EXPECT_NE(why(three_stages, p64).find("num_stages must be at most"), std::string::npos);
+  EXPECT_NE(why(c, problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 128}, {"causal", 1}, {"window", 128}}))
+                .find("head_dim 64 and block_m 64"),
+            std::string::npos);
+  EXPECT_NE(why(c, problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 64}, {"causal", 1}}))
+                .find("sweeps a causal sliding window"),
+            std::string::npos);
+  EXPECT_NE(why(c, problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 64}, {"causal", 1}, {"window", 128},
+                            {"sink_tokens", 4}}))
+                .find("no sink tokens"),
+            std::string::npos);
+  auto mb = c;
+  mb.values["min_blocks"] = 2;
+  EXPECT_NE(why(mb, p).find("min_blocks is an mma 91 option"), std::string::npos);
+  auto four = cfg(64, 256, 16, 2);
+  four.values["mma"] = 92;
+  EXPECT_NE(why(four, p).find("num_warps must be 8 or 12"), std::string::npos);
+  EXPECT_NE(f.can_run(c, p, core::DeviceLimits::for_arch("sm_80")).value_or("").find("sm_90a"), std::string::npos);
+}
+
+// Every mma 92 shape compiles for sm_90a (three slots at 1-3 stages, two at 1-2; bf16 and fp16) with at most a few
+// spilled words, and ptxas keeps its wgmma pipelined: no "serialized" warning (C7514: the accumulators zeroed under a
+// branch did it; C7520: a wgmma wait in a divergent path).
+TEST(AttnBwdFused, EveryMma92ShapeCompilesPipelinedForSm90a) {
+  const auto& f = fused();
+  const auto dev = core::DeviceLimits::for_arch("sm_90a");
+  std::vector<std::string> inst;
+  for (core::DType d : {core::DType::bf16, core::DType::f16})
+    for (std::int64_t warps : {8, 12})
+      for (std::int64_t stages = 1; stages <= warps / 4; ++stages) {
+        const auto p = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 64}, {"causal", 1},
+                                {"window", warps == 8 ? 64 : 128}, {"learned_sinks", 1}}, d);
+        auto c = cfg(64, 16 * warps, warps, stages);
+        c.values["mma"] = 92;
+        ASSERT_EQ(f.can_run(c, p, dev), std::nullopt);
+        inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
+      }
+  ASSERT_EQ(inst.size(), 10u);
+  const std::string source = flashtune::testing::read_template("attn_bwd_sm90_sweep.cuh");
+  const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_sweep.cuh", inst, "sm_90a");
+  ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
+  EXPECT_EQ(r.entries, int(inst.size()));
+  EXPECT_EQ(r.record.log.find("serialized"), std::string::npos) << r.record.log;
+  EXPECT_LE(most_spill(r.record.log), 48) << r.record.log;
 }

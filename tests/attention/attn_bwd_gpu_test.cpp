@@ -82,6 +82,8 @@ const core::Config kFusedTma{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8
 // The same with dQ added in key-block order (dq_order 2: deterministic).
 const core::Config kFusedTmaDet{
     {{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}, {"dq_order", 2}}};
+// The windowed sweep (mma 92: causal windows at head_dim 64, three consumer warpgroups, one key tile each).
+const core::Config kFusedSweep{{{"block_m", 64}, {"block_n", 192}, {"num_warps", 12}, {"num_stages", 2}, {"mma", 92}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
 const core::Config kPre{{{"block_m", 64}, {"num_warps", 4}}};
 const core::Config kSink{{{"num_warps", 8}}};
@@ -199,6 +201,8 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 250}, {"seq_k", 100}, {"head_dim", 16}, {"causal", 1}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 200}, {"head_dim", 64}, {"causal", 1}, {"window", 1}, {"learned_sinks", 1}},
       {{"batch", 1}, {"heads_q", 2}, {"seq_q", 129}, {"head_dim", 64}, {"qk_range", 4}},
+      // GPT-OSS-like (window 128, learned sinks, GQA 4): the windowed sweep over three chunks
+      {{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 700}, {"head_dim", 64}, {"causal", 1}, {"window", 128}, {"learned_sinks", 1}},
   };
   for (core::DType dt : {core::DType::f16, core::DType::bf16, core::DType::f32})  // f32: exact FFMA
     for (const auto& dims : shapes) {
@@ -243,6 +247,13 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       const bool tma = !fam("attn_bwd_fused").can_run(kFusedTma, p, gpu.info().limits);
       if (tma) gpu.run(fam("attn_bwd_fused"), kFusedTma, p, fused_tma);
       if (tma) gpu.run(fam("attn_bwd_fused"), kFusedTmaDet, p, fused_det);
+      // The windowed sweep where it runs, twice: no atomics, the same bits.
+      auto fused_sweep = fused, fused_sweep2 = fused;
+      const bool sweep = !fam("attn_bwd_fused").can_run(kFusedSweep, p, gpu.info().limits);
+      if (sweep) gpu.run(fam("attn_bwd_fused"), kFusedSweep, p, fused_sweep);
+      if (sweep) gpu.run(fam("attn_bwd_fused"), kFusedSweep, p, fused_sweep2);
+      for (int i : {kernels::attn_bwd::kFusedDq, kernels::attn_bwd::kFusedDk, kernels::attn_bwd::kFusedDv})
+        if (sweep) EXPECT_EQ(fused_sweep[i].values, fused_sweep2[i].values) << what << " mma 92 output " << i << " differs between two runs";
       // The preprocess fused into dQ (fp16 / bf16): dQ and D from O, then dK, dV from that D, in the launch
       // order of `query backward`'s dq_delta way.
       const bool inline_delta = dt != core::DType::f32;
@@ -303,6 +314,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dq (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
         check("dk (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
         check("dv (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+      }
+      if (sweep) {
+        check("dq (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check("dk (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check("dv (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
       }
       if (inline_delta) {
         check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);
