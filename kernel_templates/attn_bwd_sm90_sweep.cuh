@@ -108,7 +108,8 @@ __device__ __forceinline__ void ft_bwd_sweep_reduce(const FtAttnBwdParams<T>& p,
 
 // kConsumers: consumer warpgroups = key-tile slots (2 or 3; the host requires the window's tiles per query tile to
 // fit). block_m (64) and the template's argument order are attn_bwd_fused's (wgmma_name).
-template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow>
+template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
+          bool kInlineDelta = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     attn_bwd_fused_sweep_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim == 64, "head_dim 64: a consumer warpgroup holds one key tile's dK and dV (32 + 32 registers)");
@@ -119,15 +120,16 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   enum : int {
     kSlots = kConsumers,
     kTile = 64 * 64 * 2,  // [bytes] a 64 x 64 tile of T
-    kStageBytes = int(FtAttnSmem::bwd_wgmma_stage(kHeadDim, kBlockM)),
+    kStageBytes = int(FtAttnSmem::bwd_sweep_stage(kInlineDelta)),
+    kLseAt = (kInlineDelta ? 3 : 2) * kTile,  // [bytes] in a stage: Q, dO, [O,] then LSE and D (64 floats each)
     kDsBytes = kSlots * kTile,
     kThreadsC = 128 * kConsumers,
     kRealloc = FtWarpRoleRegs::realloc(kConsumers, 1),
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, 1),
   };
-  static_assert(FtAttnSmem::bwd_sweep(kSlots, kStages) ==
+  static_assert(FtAttnSmem::bwd_sweep(kSlots, kStages, kInlineDelta) ==
                     1024 + 4LL * kSlots * kTile + 1LL * kStages * kStageBytes + 1LL * kSlots * kDsBytes +
-                        8LL * (2 * kSlots + 2 * kStages),
+                        8LL * (2 * kSlots + 3 * kStages),
                 "the host's shared memory size is this layout's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
@@ -143,8 +145,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   const unsigned bars = smem_ds + unsigned(kSlots * kDsBytes);
   auto k_buf = [&](int slot, int buf) { return smem_kv + unsigned((2 * slot + buf) * 2 * kTile); };  // V: + kTile
   auto kv_full = [&](int slot, int buf) { return bars + 8u * unsigned(2 * slot + buf); };
-  auto full = [&](int st) { return bars + 8u * unsigned(2 * kSlots + st); };
-  auto empty = [&](int st) { return bars + 8u * unsigned(2 * kSlots + kStages + st); };
+  auto loaded = [&](int st) { return bars + 8u * unsigned(2 * kSlots + st); };
+  auto full = [&](int st) { return bars + 8u * unsigned(2 * kSlots + kStages + st); };
+  auto empty = [&](int st) { return bars + 8u * unsigned(2 * kSlots + 2 * kStages + st); };
   auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -161,8 +164,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2 * kSlots; ++i) ft_mbarrier_init(kv_full(i / 2, i % 2), 1);
     for (int st = 0; st < kStages; ++st) {
-      ft_mbarrier_init(full(st), 1 + 32);        // the TMA thread (with the bytes) and the LSE / D warp
-      ft_mbarrier_init(empty(st), kThreadsC);    // every consumer thread, after its last read of the stage
+      ft_mbarrier_init(loaded(st), 1);                         // the TMA thread, with the bytes
+      ft_mbarrier_init(full(st), kInlineDelta ? 32 + 64 : 32);  // the LSE (/ D) warp; inline: the two D warps
+      ft_mbarrier_init(empty(st), kThreadsC);                  // every consumer thread, after its last read of the stage
     }
     ft_fence_mbarrier_init();
   }
@@ -184,26 +188,51 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
           }
         }
         const int m0 = (c0 + li) * 64, hq = h_kv * group + h;
-        ft_mbarrier_arrive_expect_tx(full(st), unsigned(2 * kTile));
-        ft_tma_load_4d(stage(st), tp.q_map, full(st), 0, m0, hq, b);
-        ft_tma_load_4d(stage(st) + kTile, tp.do_map, full(st), 0, m0, hq, b);
+        ft_mbarrier_arrive_expect_tx(loaded(st), unsigned((kInlineDelta ? 3 : 2) * kTile));
+        ft_tma_load_4d(stage(st), tp.q_map, loaded(st), 0, m0, hq, b);
+        ft_tma_load_4d(stage(st) + kTile, tp.do_map, loaded(st), 0, m0, hq, b);
+        if constexpr (kInlineDelta) ft_tma_load_4d(stage(st) + 2 * kTile, tp.o_map, loaded(st), 0, m0, hq, b);
         if (++h == group) h = 0, ++li;
       }
     } else if (warp == 1) {
-      // LSE and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane arrives on the
-      // stage's full barrier after its stores (release; the consumers' wait acquires them).
+      // LSE (and D, unless inline) of each item's rows (zeros past seq_q) by plain loads into the stage; every lane
+      // arrives on the stage's full barrier after its stores (release; the consumers' wait acquires them).
       for (int n = 0, li = 0, h = 0; n < n_items; ++n) {
         const int st = n % kStages;
         if (n >= kStages) ft_mbarrier_wait(empty(st), unsigned(n / kStages - 1) & 1u);
         const int m0 = (c0 + li) * 64;
         const long long row0 = (static_cast<long long>(b) * p.heads_q + h_kv * group + h) * p.seq_q + m0;
-        float* dst = reinterpret_cast<float*>(ft_smem_bwd_sweep + (stage(st) + 2 * kTile - smem_raw));
+        float* dst = reinterpret_cast<float*>(ft_smem_bwd_sweep + (stage(st) + kLseAt - smem_raw));
 #pragma unroll
         for (int r = lane; r < 64; r += 32) {
           const bool in = m0 + r < p.seq_q;
           dst[r] = in ? p.lse[row0 + r] : 0.f;
-          dst[64 + r] = in ? p.delta[row0 + r] : 0.f;
+          if constexpr (!kInlineDelta) dst[64 + r] = in ? p.delta[row0 + r] : 0.f;
         }
+        ft_mbarrier_arrive(full(st));
+        if (++h == group) h = 0, ++li;
+      }
+    } else if (kInlineDelta && warp >= 2) {
+      // Warps 2 and 3, D inline: D = rowsum(dO * O) of row r = threadIdx.x - 64 of each item, in fp32, from the
+      // stage's dO and O tiles once their bytes are in (row r's 16-byte chunk c sits at chunk c ^ (r % 8): the 128-byte
+      // swizzle), into the stage and to p.delta (attn_bwd_dsink reads it); zero past seq_q (TMA's zero rows).
+      const int r = threadIdx.x - 64;
+      for (int n = 0, li = 0, h = 0; n < n_items; ++n) {
+        const int st = n % kStages;
+        ft_mbarrier_wait(loaded(st), unsigned(n / kStages) & 1u);
+        const unsigned char* row = ft_smem_bwd_sweep + (stage(st) + unsigned(kTile + r * 128) - smem_raw);
+        float d = 0.f;
+#pragma unroll
+        for (int ch = 0; ch < kHeadDim / 8; ++ch) {
+          const int at = ((ch ^ (r % 8)) << 4);
+          const FtVec<T, 8> x = *reinterpret_cast<const FtVec<T, 8>*>(row + at);
+          const FtVec<T, 8> o = *reinterpret_cast<const FtVec<T, 8>*>(row + kTile + at);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d += to_float(x.v[e]) * to_float(o.v[e]);
+        }
+        reinterpret_cast<float*>(ft_smem_bwd_sweep + (stage(st) + kLseAt - smem_raw))[64 + r] = d;
+        const int m0 = (c0 + li) * 64;
+        if (m0 + r < p.seq_q) p.delta[(static_cast<long long>(b) * p.heads_q + h_kv * group + h) * p.seq_q + m0 + r] = d;
         ft_mbarrier_arrive(full(st));
         if (++h == group) h = 0, ++li;
       }
@@ -249,9 +278,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       const int n0 = (kt0 + lt) * 64, m0 = (c0 + li) * 64;
       const unsigned kb = k_buf(w, buf), smem_q = stage(st), smem_do = smem_q + unsigned(kTile);
       const unsigned ds = smem_ds + unsigned(own * kDsBytes);
-      const float* lse_s = reinterpret_cast<const float*>(ft_smem_bwd_sweep + (smem_q + 2 * kTile - smem_raw));
+      const float* lse_s = reinterpret_cast<const float*>(ft_smem_bwd_sweep + (smem_q + kLseAt - smem_raw));
       const float* d_s = lse_s + 64;
       ft_mbarrier_wait(kv_full(w, buf), unsigned(lt / (2 * kSlots)) & 1u);
+      ft_mbarrier_wait(loaded(st), unsigned(n / kStages) & 1u);
       ft_mbarrier_wait(full(st), unsigned(n / kStages) & 1u);
 
       // The item in two halves of 32 queries (S^T, dP^T of N = 32: the registers of a half's S^T, dP^T and

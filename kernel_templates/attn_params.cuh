@@ -80,10 +80,11 @@ struct FtAttnBwdParams {
 // key blocks go in order over all of its pairs, key block 0 (causal: the heaviest) of every pair first.
 // chunks: the windowed sweep (attn_bwd_fused_sweep_tma_kernel, mma 92): chunks of query tiles per (kv head, batch) pair,
 // one block each (the main pass's gridDim.x; its second launch has another grid and reads it here).
+// o_map: O, as Q's (the sweep with D inline, attn_bwd_fused_delta; unused elsewhere).
 template <typename T>
 struct FtAttnBwdTmaParams {
   FtAttnBwdParams<T> a;
-  FtTensorMap q_map, k_map, v_map, do_map;
+  FtTensorMap q_map, k_map, v_map, do_map, o_map;
   int unit_group;
   int chunks;
 };
@@ -182,12 +183,16 @@ struct FtAttnSmem {
            8LL * (1 + 2 * stages + 2 * bwd_tma_dq_pieces(hd, bm, bn));
   }
   // attn_bwd_fused_sweep_tma_kernel (slots consumer warpgroups, head_dim 64, 64-row tiles): from the first 1024-byte
-  // boundary two (K, V) buffers per slot (8 KiB tiles), `stages` x (Q, dO, LSE, D) each rounded up to 1 KiB, one
-  // dS^T tile per slot (slots x 64 keys x 64 queries), then the mbarriers: per slot and buffer K / V full, per
-  // stage full, per stage empty.
-  static constexpr FT_HOST_DEVICE long long bwd_sweep(int slots, int stages) {
-    return 1024 + 4LL * slots * 8192 + stages * bwd_wgmma_stage(64, 64) + 1LL * slots * slots * 8192 +
-           8LL * (2 * slots + 2 * stages);
+  // boundary two (K, V) buffers per slot (8 KiB tiles), `stages` x (Q, dO, [O,] LSE, D) each rounded up to 1 KiB,
+  // one dS^T tile per slot (slots x 64 keys x 64 queries), then the mbarriers: per slot and buffer K / V full, per
+  // stage loaded (the TMA bytes), full (LSE and D in), empty.
+  // With D inline each stage also holds the O tile; the mbarriers add one per stage (its TMA bytes "loaded").
+  static constexpr FT_HOST_DEVICE long long bwd_sweep_stage(bool inline_delta) {
+    return (dkdv_stage(64, 64) + (inline_delta ? 8192 : 0) + 1023) / 1024 * 1024;
+  }
+  static constexpr FT_HOST_DEVICE long long bwd_sweep(int slots, int stages, bool inline_delta = false) {
+    return 1024 + 4LL * slots * 8192 + stages * bwd_sweep_stage(inline_delta) + 1LL * slots * slots * 8192 +
+           8LL * (2 * slots + 3 * stages);
   }
   // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
   static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {
@@ -228,7 +233,7 @@ struct FtWarpRoleRegs {
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 11 * 4 + 4, "FtAttnBwdParams: 200 bytes, no padding");
-static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 4 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 4 maps, unit_group and chunks padded to 64");
+static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 5 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 5 maps, unit_group and chunks padded to 64");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif

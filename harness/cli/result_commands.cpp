@@ -126,9 +126,9 @@ int cmd_query(const std::vector<std::string>& args) {
              "  flashtune query peers gpt_oss_step     # each peer's time beside flashtune's best (flashtune peers)\n"
              "  flashtune query sql \"SELECT status, count(*) FROM trials GROUP BY status\"\n"
              "backward: the end-to-end score of a tuned backward per problem and GPU: the sum of the winners of\n"
-             "the fastest of attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess + attn_bwd_fused\n"
-             "and attn_bwd_dq_delta + attn_bwd_dkdv (and attn_bwd_dsink with learned sinks), the attn_fwd winner\n"
-             "beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
+             "the fastest of attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess + attn_bwd_fused,\n"
+             "attn_bwd_dq_delta + attn_bwd_dkdv and attn_bwd_fused_delta (and attn_bwd_dsink with learned sinks), the\n"
+             "attn_fwd winner beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
              "peers: per problem, GPU, pass and peer, the peer's latest measurement (flashtune peers) beside\n"
              "flashtune's best there (fwd: the attn_fwd winner; bwd: the backward's stage sum as in 'backward');\n"
              "speedup = peer_ms / flashtune_ms (> 1: flashtune is faster).\n"
@@ -181,7 +181,8 @@ int cmd_query(const std::vector<std::string>& args) {
     if (t.rows.empty())
       throw core::UserError("query backward: no problem" + (arg.empty() ? "" : " of experiment '" + arg + "'") +
                             " has every backward stage measured (attn_bwd_preprocess, attn_bwd_dkdv and attn_bwd_dq, or "
-                            "attn_bwd_fused in place of dkdv + dq, or attn_bwd_dq_delta in place of preprocess + dq; and "
+                            "attn_bwd_fused in place of dkdv + dq, or attn_bwd_dq_delta in place of preprocess + dq, or "
+                            "attn_bwd_fused_delta alone; and "
                             "attn_bwd_dsink with learned sinks)");
     print_table(std::cout, t, f);
   } else if (what == "peers") {

@@ -260,7 +260,7 @@ std::optional<BackwardSum> backward_sum(bool learned_sinks,
       sum.families.push_back(kernels::attn_bwd::kDsinkStage);
     }
     sum.stages = sum.families.size();
-    sum.fused = way.back() == kernels::attn_bwd::kFusedStage;
+    sum.fused = way.back() == kernels::attn_bwd::kFusedStage || way.back() == kernels::attn_bwd::kFusedDeltaStage;
     if (!best || sum.ms < best->ms) best = std::move(sum);
   }
   return best;

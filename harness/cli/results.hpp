@@ -64,13 +64,14 @@ Table problem_configs(const std::vector<TrialRow>& trials, const std::string& fa
 
 /// One problem's backward from its stage winners (`winner(family)`: nullptr when none): the summed medians
 /// of the fastest complete way among attn_bwd_preprocess + attn_bwd_dkdv + attn_bwd_dq, attn_bwd_preprocess +
-/// attn_bwd_fused and attn_bwd_dq_delta + attn_bwd_dkdv (the preprocess fused into dQ), plus attn_bwd_dsink
+/// attn_bwd_fused, attn_bwd_dq_delta + attn_bwd_dkdv (the preprocess fused into dQ) and attn_bwd_fused_delta (the
+/// preprocess fused into the fused pass), plus attn_bwd_dsink
 /// with learned sinks; and the largest allocation of one stage [bytes]; nullopt when no way is complete.
 struct BackwardSum {
   double ms = 0;
   std::int64_t peak_bytes = 0;
   std::size_t stages = 0;
-  bool fused = false;                 ///< dK, dV, dQ came from attn_bwd_fused
+  bool fused = false;                 ///< dK, dV, dQ came from one pass (attn_bwd_fused or attn_bwd_fused_delta)
   std::vector<std::string> families;  ///< the stages summed, in launch order
 };
 std::optional<BackwardSum> backward_sum(bool learned_sinks,

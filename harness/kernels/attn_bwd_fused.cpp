@@ -40,19 +40,29 @@ std::int64_t sweep_tiles(const Shape& s) {
   return floor_div(63 + off, 64) - floor_div(off - s.window + 1, 64) + 1;
 }
 
-// Chunks per (kv head, batch) pair: one block per SM for the whole grid (a block takes most of an SM's shared
-// memory), each chunk at least the consumer warpgroups' count of query tiles (so that a key tile is shared by two
-// chunks at most).
-std::int64_t sweep_chunks(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) {
-  const std::int64_t q_tiles = (s.seq_q + 63) / 64, pairs = s.heads_kv * s.batch;
-  const std::int64_t most = std::max<std::int64_t>(1, q_tiles / std::max<std::int64_t>(1, c.warpgroups()));
-  return std::clamp<std::int64_t>(d.num_sms / std::max<std::int64_t>(1, pairs), 1, most);
+// The most SMs the sweep's grid counts on (its workspace is sized for them; a device with more runs fewer chunks
+// than blocks it could hold).
+constexpr std::int64_t kSweepMaxSms = 264;
+
+// The most chunks per (kv head, batch) pair on any device: every chunk at least `per_chunk` query tiles (so that a
+// key tile is shared by two chunks at most), kSweepMaxSms blocks over all pairs.
+std::int64_t sweep_max_chunks(const Shape& s, std::int64_t per_chunk) {
+  const std::int64_t q_tiles = (s.seq_q + 63) / 64, pairs = std::max<std::int64_t>(1, s.heads_kv * s.batch);
+  return std::max<std::int64_t>(1, std::min(q_tiles / std::max<std::int64_t>(1, per_chunk), kSweepMaxSms / pairs));
 }
 
-// The sweep's workspace [floats]: the head and tail partials (2 x (slots - 1) tiles of 64 x 64) of every chunk,
-// for dK and dV, at the most chunks any device gives (every chunk at least 2 query tiles); none for one chunk.
+// Chunks per pair: one block per SM for the whole grid (a block takes most of an SM's shared memory).
+std::int64_t sweep_chunks(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) {
+  const std::int64_t pairs = std::max<std::int64_t>(1, s.heads_kv * s.batch);
+  return std::clamp<std::int64_t>(d.num_sms / pairs, 1, sweep_max_chunks(s, c.warpgroups()));
+}
+
+// The sweep's workspace [floats]: the head and tail partials (at most 2 tiles of 64 x 64 a side) of every chunk, for
+// dK and dV, at the most chunks (two consumer warpgroups); none where the sweep cannot run (no causal window at
+// head_dim 64) or runs one chunk.
 std::int64_t sweep_workspace(const Shape& s) {
-  const std::int64_t chunks = (s.seq_q + 63) / 64 / 2;
+  if (!s.causal || !s.has_window() || s.head_dim != 64) return 0;
+  const std::int64_t chunks = sweep_max_chunks(s, 2);
   return chunks < 2 ? 0 : 2 * s.batch * s.heads_kv * chunks * 2 * 2 * 4096;
 }
 
@@ -173,14 +183,17 @@ class FusedTma final : public GradVariant {
 // mma 92, the windowed sweep (attn_bwd_sm90_sweep.cuh): the producer warpgroup and num_warps / 4 consumer warpgroups,
 // one 64-key slot each (block_n = 64 per slot, as the wgmma loop's rule); a block per chunk of query tiles per (kv
 // head, batch) pair. Causal sliding windows at head_dim 64, no sink tokens.
+// inline_delta: attn_bwd_fused_delta's (O in, D computed in the pass and written out).
 class FusedSweep final : public GradVariant {
  public:
-  FusedSweep()
+  explicit FusedSweep(bool inline_delta)
       : GradVariant({"sm90_sweep", "attn_bwd_sm90_sweep.cuh", {core::DType::f16, core::DType::bf16}, 92,
-                     "92 = the windowed sweep (sm_90a, causal sliding windows at head_dim 64): a block per chunk of "
-                     "query tiles, num_warps / 4 = 2 or 3 consumer warpgroups each holding one 64-key tile of the "
-                     "window, dQ complete per item, no atomics (deterministic)",
-                     {}, {"mma != 92 || (head_dim == 64 && block_m == 64 && num_warps >= 8 && num_warps <= 12 && 4 * num_stages <= num_warps)"}}) {}
+                     std::string("92 = the windowed sweep (sm_90a, causal sliding windows at head_dim 64): a block per chunk of "
+                                 "query tiles, num_warps / 4 = 2 or 3 consumer warpgroups each holding one 64-key tile of the "
+                                 "window, dQ complete per item, no atomics (deterministic)") +
+                         (inline_delta ? "; D = rowsum(dO * O) by the producer's warps 2 and 3" : ""),
+                     {}, {"mma != 92 || (head_dim == 64 && block_m == 64 && num_warps >= 8 && num_warps <= 12 && 4 * num_stages <= num_warps)"}}),
+        m_inline(inline_delta) {}
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     if (s.head_dim != 64 || c.block_m != 64) return "mma 92: head_dim 64 and block_m 64 only";
     if (c.num_warps != 8 && c.num_warps != 12)
@@ -198,7 +211,9 @@ class FusedSweep final : public GradVariant {
     return std::nullopt;
   }
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
-    return wgmma_name("attn_bwd_fused_sweep_tma_kernel", c, s);
+    std::string name = wgmma_name("attn_bwd_fused_sweep_tma_kernel", c, s);
+    if (m_inline) name.insert(name.size() - 1, ", true");
+    return name;
   }
   // A block per chunk of query tiles, per kv head; the producer's 128 threads on top.
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
@@ -206,8 +221,8 @@ class FusedSweep final : public GradVariant {
     l.block[0] += 128;
     return l;
   }
-  // FtAttnBwdTmaParams: the maps of Q, dO (64-row boxes), K and V (64-key boxes: one slot's tile); chunks is the
-  // launch's (AttnBwdFused::launch sets it from the grid).
+  // FtAttnBwdTmaParams: the maps of Q, dO [, O] (64-row boxes), K and V (64-key boxes: one slot's tile); chunks is
+  // the launch's (AttnBwdFused::launch sets it from the grid).
   std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
     auto& params = std::get<ParamsArg>(shared.at(0));
     BwdParams a;
@@ -218,23 +233,25 @@ class FusedSweep final : public GradVariant {
     attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
     attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
     attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
+    if (m_inline) attn::map_heads_tensor(params, offsetof(Tma, o_map), kFdO, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
     params.set(offsetof(Tma, unit_group), std::int32_t(1));
     params.set(offsetof(Tma, chunks), std::int32_t(1));
     return shared;
   }
 
  private:
-  static std::int64_t smem_bytes(const BwdConfig& c) {
-    return FtAttnSmem::bwd_sweep(int(c.warpgroups()), int(c.num_stages));
+  std::int64_t smem_bytes(const BwdConfig& c) const {
+    return FtAttnSmem::bwd_sweep(int(c.warpgroups()), int(c.num_stages), m_inline);
   }
+  bool m_inline;
 };
 
-class AttnBwdFused final : public GradStage {
+class AttnBwdFused : public GradStage {
  public:
   AttnBwdFused() : GradStage(Selector{"mma", &BwdConfig::mma, "tensor-core kernel: "}) {
     add_variant(std::make_unique<FusedWgmma>());
     add_variant(std::make_unique<FusedTma>());
-    add_variant(std::make_unique<FusedSweep>());
+    add_variant(std::make_unique<FusedSweep>(false));
   }
   std::string name() const override { return "attn_bwd_fused"; }
   std::string template_file() const override { return "attn_bwd_sm90.cuh"; }
@@ -255,7 +272,7 @@ class AttnBwdFused final : public GradStage {
   // chunks' shared key tiles, grid over their floats, four a thread.
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
-    attn::expect_buffers(env, std::size_t(kFusedAcc + 1), name());
+    attn::expect_buffers(env, buffers(p).size(), name());
     const BwdConfig c(config);
     if (c.mma == 92) {
       auto args = arguments(config, p);
@@ -317,6 +334,8 @@ class AttnBwdFused final : public GradStage {
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};
   }
+  struct NoVariants {};
+  explicit AttnBwdFused(NoVariants) : GradStage(Selector{"mma", &BwdConfig::mma, "tensor-core kernel: "}) {}  // a subclass registers its own
   void rows_to_check(const Shape& s, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
     q_rows = query_rows_to_check(s);
     k_rows = key_rows_to_check(s);
@@ -328,8 +347,71 @@ class AttnBwdFused final : public GradStage {
   }
 };
 
+// attn_bwd_fused_delta: the fused pass with the preprocess fused in (as attn_bwd_dq_delta is dq's): O in D's place,
+// D = rowsum(dO * O) computed in the pass and written out (attn_bwd_dsink reads it). Its one variant is the
+// windowed sweep (mma 92).
+class AttnBwdFusedDelta final : public AttnBwdFused {
+ public:
+  AttnBwdFusedDelta() : AttnBwdFused(NoVariants{}) { add_variant(std::make_unique<FusedSweep>(true)); }
+  std::string name() const override { return "attn_bwd_fused_delta"; }
+  std::string stage() const override { return "backward_fused_delta"; }
+  std::string template_file() const override { return "attn_bwd_sm90_sweep.cuh"; }
+  std::string description() const override {
+    return "attention backward dK, dV, dQ and D = rowsum(dO * O) in one pass (the preprocess fused in; sm_90a, causal "
+           "sliding windows at head_dim 64: the windowed sweep)";
+  }
+  std::optional<std::string> check_problem(const core::Problem& p) const override {
+    if (p.dtype == core::DType::f32) return "attn_bwd_fused_delta supports f16 and bf16 only (fp32: attn_bwd_dkdv + attn_bwd_dq)";
+    return GradStage::check_problem(p);
+  }
+  // fused's buffers with O (input) in D's place and D appended as an output: q, k, v, dout, lse, o in; dq, dk, dv
+  // out; the sweep's workspace; delta out.
+  std::vector<BufferSpec> buffers(const core::Problem& p) const override {
+    const Shape s(p);
+    auto b = AttnBwdFused::buffers(p);
+    b[kFdO] = {"o", s.dtype, s.elements_q(), BufferRole::input, -1.0, 1.0};
+    b.push_back({"delta", core::DType::f32, s.rows(), BufferRole::output, 0, 0});
+    return b;
+  }
+  /// fused's 10 * head_dim per visible pair and query head, and 2 per element of O for D.
+  double flops(const core::Problem& p) const override { return AttnBwdFused::flops(p) + 2.0 * double(Shape(p).elements_q()); }
+  /// The gradients from the naive backward given this O (its D = rowsum(dO * O)), sampled rows when large; D whole.
+  void reference(const core::Problem& p, const std::vector<HostTensor>& in, std::vector<HostTensor>& out,
+                 RefPrecision precision) const override {
+    const Shape s(p);
+    if (in.size() != 6 || out.size() != 4) throw core::Error(name() + ".reference: expects q, k, v, dout, lse, o -> dq, dk, dv, delta");
+    naive_gradients(s, in, precision, &in[kFdO].values, out);
+    out[3].values = delta_of(s, in[kFdO].values, in[kDout].values, precision);
+    out[3].checked.clear();
+  }
+
+ protected:
+  // The sweep's shapes: 64-row tiles, two or three consumer warpgroups of 64 keys, 1-2 stages (three do not fit
+  // beside the O tiles at three warpgroups).
+  std::vector<TunableSpec> shared_tunables() const override {
+    auto t = AttnBwdFused::shared_tunables();
+    for (auto& spec : t) {
+      if (spec.name == "block_m") spec.values = {64};
+      if (spec.name == "block_n") spec.values = {128, 192};
+      if (spec.name == "num_warps") spec.values = {8, 12};
+    }
+    return t;
+  }
+  std::vector<Binding> bindings(const BwdConfig& c, const Shape& s) const override {
+    auto b = AttnBwdFused::bindings(c, s);
+    b[kDelta] = {offsetof(BwdParams, delta), kFdDelta};
+    b.push_back({offsetof(BwdParams, o), kFdO});
+    return b;
+  }
+  // Only the sweep's chunk-shared tiles (at least one float: a buffer is never empty).
+  void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
+    b.push_back({"sweep_partials", core::DType::f32, std::max<std::int64_t>(1, sweep_workspace(s)), BufferRole::workspace, 0, 0});
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_family() { return std::make_unique<AttnBwdFused>(); }
+std::unique_ptr<KernelFamily> make_attn_bwd_fused_delta_family() { return std::make_unique<AttnBwdFusedDelta>(); }
 
 }  // namespace flashtune::kernels

@@ -15,13 +15,15 @@ inline const std::vector<std::vector<std::string>>& ways() {
       {"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"},
       {"attn_bwd_preprocess", "attn_bwd_fused"},
       {"attn_bwd_dq_delta", "attn_bwd_dkdv"},  // dQ and D first, then dK, dV from that D
+      {"attn_bwd_fused_delta"},                 // all of it and D in one pass (the windowed sweep)
   };
   return kWays;
 }
 
 /// The stage that adds d(sinks) with learned sinks, after the way (it reads LSE and D).
 inline constexpr const char* kDsinkStage = "attn_bwd_dsink";
-/// The stage whose way is one fused pass (dK, dV and dQ together).
+/// The stages whose ways are one fused pass (dK, dV and dQ together; the second also D).
 inline constexpr const char* kFusedStage = "attn_bwd_fused";
+inline constexpr const char* kFusedDeltaStage = "attn_bwd_fused_delta";
 
 }  // namespace flashtune::kernels::attn_bwd

@@ -18,6 +18,7 @@ std::unique_ptr<KernelFamily> make_attn_bwd_dkdv_family();        ///< attn_bwd_
 std::unique_ptr<KernelFamily> make_attn_bwd_dq_family();          ///< attn_bwd_dq.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dq_delta_family();    ///< attn_bwd_dq.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_family();       ///< attn_bwd_fused.cpp
+std::unique_ptr<KernelFamily> make_attn_bwd_fused_delta_family(); ///< attn_bwd_fused.cpp
 std::unique_ptr<KernelFamily> make_attn_bwd_dsink_family();       ///< attn_bwd_rows.cpp
 
 }  // namespace flashtune::kernels

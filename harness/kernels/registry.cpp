@@ -23,6 +23,7 @@ const std::vector<std::unique_ptr<KernelFamily>>& all_families() {
     v.push_back(make_attn_bwd_dq_family());
     v.push_back(make_attn_bwd_dq_delta_family());
     v.push_back(make_attn_bwd_fused_family());
+    v.push_back(make_attn_bwd_fused_delta_family());
     v.push_back(make_attn_bwd_dsink_family());
     return v;
   }();

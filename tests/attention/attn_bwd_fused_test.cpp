@@ -12,6 +12,7 @@
 #include <set>
 
 #include "harness/kernels/attn_bwd.hpp"
+#include "harness/kernels/attn_bwd_ways.hpp"
 #include "harness/kernels/family.hpp"
 #include "kernel_templates/attn_params.cuh"
 #include "tests/kernels/kernel_test_support.hpp"
@@ -322,8 +323,8 @@ TEST(AttnBwdFused, Mma92IsTheWindowedSweep) {
   EXPECT_EQ(s.grid[2], 2u);
   EXPECT_EQ(s.threads_per_block(), 384 + 128);
   // Two (K, V) buffers per slot (3 x 2 x 16 KiB), two stages (17 KiB each), three dS^T tiles (24 KiB each), the
-  // alignment, 2 x 3 K / V and 2 x 2 stage mbarriers.
-  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(98304 + 2 * 17408 + 3 * 24576 + 1024 + 8 * 10));
+  // alignment, 2 x 3 K / V and 3 x 2 stage mbarriers.
+  EXPECT_EQ(s.dynamic_smem_bytes, unsigned(98304 + 2 * 17408 + 3 * 24576 + 1024 + 8 * 12));
   // The workspace holds every chunk's head and tail tiles of dK and dV at the most chunks (8 here).
   EXPECT_GE(buffers[kernels::attn_bwd::kFusedAcc].elements, std::int64_t(2) * 2 * 2 * 8 * 2 * 2 * 4096);
   // dq_order 2 is what it does anyway (no atomics): admitted, same kernel.
@@ -369,8 +370,62 @@ TEST(AttnBwdFused, Mma92IsTheWindowedSweep) {
   EXPECT_NE(f.can_run(c, p, core::DeviceLimits::for_arch("sm_80")).value_or("").find("sm_90a"), std::string::npos);
 }
 
-// Every mma 92 shape compiles for sm_90a (three slots at 1-3 stages, two at 1-2; bf16 and fp16) with at most a few
-// spilled words, and ptxas keeps its wgmma pipelined: no "serialized" warning (C7514: the accumulators zeroed under a
+// attn_bwd_fused_delta: the sweep with the preprocess fused in. O in D's place, D an output after the workspace, O's
+// tensor map beside the others, the stage's O tile in shared memory (two stages at three warpgroups, not three), the
+// kernel's last template argument; its own stage, a backward way of its own.
+TEST(AttnBwdFused, FusedDeltaIsTheSweepWithDInline) {
+  const auto* fd = kernels::find_family("attn_bwd_fused_delta");
+  ASSERT_NE(fd, nullptr);
+  const auto& f = *fd;
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  EXPECT_EQ(f.stage(), "backward_fused_delta");
+  EXPECT_TRUE(f.launches_itself());
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 1000}, {"head_dim", 64}, {"causal", 1},
+                          {"window", 128}, {"learned_sinks", 1}});
+  auto c = cfg(64, 192, 12, 2);
+  c.values["mma"] = 92;
+  ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(c, p).name_expression, "attn_bwd_fused_sweep_tma_kernel<ft_bf16, 64, 64, 3, 2, true, true, true>");
+  const auto buffers = f.buffers(p);
+  ASSERT_EQ(buffers.size(), 11u);
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFdO].name, "o");
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFdO].role, kernels::BufferRole::input);
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFdDelta].name, "delta");
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFdDelta].role, kernels::BufferRole::output);
+  const auto args = f.arguments(c, p);
+  ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdTmaParams<void>), buffers), "");
+  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  ASSERT_EQ(a.maps.size(), 5u);
+  bool o_map = false;
+  for (const auto& m : a.maps)
+    if (m.offset == offsetof(FtAttnBwdTmaParams<void>, o_map)) {
+      o_map = true;
+      EXPECT_EQ(m.buffer, kernels::attn_bwd::kFdO);
+    }
+  EXPECT_TRUE(o_map);
+  const std::map<std::size_t, int> bound{{offsetof(FtAttnBwdParams<void>, o), kernels::attn_bwd::kFdO},
+                                         {offsetof(FtAttnBwdParams<void>, delta), kernels::attn_bwd::kFdDelta}};
+  for (const auto& ptr : a.pointers) {
+    if (bound.count(ptr.offset)) EXPECT_EQ(ptr.buffer, bound.at(ptr.offset)) << "member at " << ptr.offset;
+  }
+  // Stages of Q, dO, O + LSE, D (25 KiB): two fit beside the K / V buffers and dS^T tiles, three do not.
+  EXPECT_EQ(f.launch_shape(c, p, sm90).dynamic_smem_bytes, unsigned(98304 + 2 * 25600 + 3 * 24576 + 1024 + 8 * 12));
+  auto three = c;
+  three.values["num_stages"] = 3;
+  EXPECT_NE(f.can_run(three, p, sm90).value_or("").find("shared memory"), std::string::npos);
+  EXPECT_NE(f.check_problem(problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}}, core::DType::f32))
+                .value_or(""),
+            "");
+  // Its way: one pass.
+  bool way = false;
+  for (const auto& w : kernels::attn_bwd::ways()) way = way || (w == std::vector<std::string>{"attn_bwd_fused_delta"});
+  EXPECT_TRUE(way);
+}
+
+// Every mma 92 shape compiles for sm_90a (three slots at 1-3 stages, two at 1-2; bf16 and fp16; D read or inline)
+// with at most a few spilled words (NVRTC 13.0: 28-60 bytes, loop-invariant addresses reloaded per item at 160
+// registers a consumer), and ptxas keeps its wgmma pipelined: no "serialized" warning (C7514: the accumulators zeroed under a
 // branch did it; C7520: a wgmma wait in a divergent path).
 TEST(AttnBwdFused, EveryMma92ShapeCompilesPipelinedForSm90a) {
   const auto& f = fused();
@@ -385,12 +440,14 @@ TEST(AttnBwdFused, EveryMma92ShapeCompilesPipelinedForSm90a) {
         c.values["mma"] = 92;
         ASSERT_EQ(f.can_run(c, p, dev), std::nullopt);
         inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
+        const auto& fd = *kernels::find_family("attn_bwd_fused_delta");  // D inline (three stages do not fit)
+        if (!fd.can_run(c, p, dev)) inst.push_back(flashtune::testing::attn_instantiation(fd.specialize(c, p).name_expression));
       }
-  ASSERT_EQ(inst.size(), 10u);
+  ASSERT_EQ(inst.size(), 18u);
   const std::string source = flashtune::testing::read_template("attn_bwd_sm90_sweep.cuh");
   const auto r = flashtune::testing::compile_instantiations_parallel(source, "attn_bwd_sm90_sweep.cuh", inst, "sm_90a");
   ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
   EXPECT_EQ(r.entries, int(inst.size()));
   EXPECT_EQ(r.record.log.find("serialized"), std::string::npos) << r.record.log;
-  EXPECT_LE(most_spill(r.record.log), 48) << r.record.log;
+  EXPECT_LE(most_spill(r.record.log), 64) << r.record.log;
 }

@@ -254,6 +254,18 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       if (sweep) gpu.run(fam("attn_bwd_fused"), kFusedSweep, p, fused_sweep2);
       for (int i : {kernels::attn_bwd::kFusedDq, kernels::attn_bwd::kFusedDk, kernels::attn_bwd::kFusedDv})
         if (sweep) EXPECT_EQ(fused_sweep[i].values, fused_sweep2[i].values) << what << " mma 92 output " << i << " differs between two runs";
+      // The sweep with D inline (attn_bwd_fused_delta: O in D's place, D out after the workspace).
+      std::vector<kernels::HostTensor> fdelta{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
+                                              {dt, ft[kernels::attn::kO].values, {}}, {dt, {}, {}}, {dt, {}, {}}, {dt, {}, {}},
+                                              {core::DType::f32, {}, {}}, {core::DType::f32, {}, {}}};
+      const bool sweep_delta = sweep && !fam("attn_bwd_fused_delta").can_run(kFusedSweep, p, gpu.info().limits);
+      if (sweep_delta) {
+        gpu.run(fam("attn_bwd_fused_delta"), kFusedSweep, p, fdelta);
+        const auto& d_inline = fdelta[kernels::attn_bwd::kFdDelta].values;
+        ASSERT_EQ(d_inline.size(), delta.size());
+        for (std::size_t r = 0; r < delta.size(); ++r)  // two fp32 sums of the same products, in another order
+          ASSERT_NEAR(d_inline[r], delta[r], 1e-6 * double(s.head_dim)) << what << " D row " << r << " (fused_delta)";
+      }
       // The preprocess fused into dQ (fp16 / bf16): dQ and D from O, then dK, dV from that D, in the launch
       // order of `query backward`'s dq_delta way.
       const bool inline_delta = dt != core::DType::f32;
@@ -319,6 +331,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dq (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
         check("dk (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
         check("dv (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+      }
+      if (sweep_delta) {
+        check("dq (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check("dk (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check("dv (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
       }
       if (inline_delta) {
         check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);

@@ -172,6 +172,8 @@ std::vector<core::Problem> default_problems(const kernels::KernelFamily& f) {
       {DType::f16, 2, 64, 8, 8192, 8192, 64, {{"window", 128}, {"sink_tokens", 4}, {"learned_sinks", 1}}},
       {DType::f16, 1, 8, 8, 1024, 1024, 256, {}},
       {DType::f32, 1, 8, 2, 2048, 2048, 128, {{"window", 256}, {"sink_tokens", 8}}},
+      // a causal window of 64 at head_dim 64: the windowed sweep's (attn_bwd_fused mma 92, attn_bwd_fused_delta)
+      {DType::bf16, 2, 8, 2, 300, 300, 64, {{"causal", 1}, {"window", 64}}},
   };
   for (const auto& a : attention) out.push_back(flashtune::testing::attention_problem(f, a.d, a.b, a.hq, a.hkv, a.sq, a.sk, a.hd, a.extra));
   return out;
@@ -270,7 +272,8 @@ std::string expected_template(const kernels::KernelFamily& f, const core::Config
   if (n == "attn_bwd_preprocess" || n == "attn_bwd_dsink") return "attn_bwd_rows.cuh";
   if (n == "attn_bwd_dkdv") return f32 ? "attn_bwd_f32.cuh" : mma == 90 ? "attn_bwd_sm90.cuh" : "attn_bwd.cuh";
   if (n == "attn_bwd_dq" || n == "attn_bwd_dq_delta") return f32 ? "attn_bwd_f32.cuh" : "attn_bwd.cuh";
-  if (n == "attn_bwd_fused") return mma == 91 ? "attn_bwd_sm90_tma.cuh" : "attn_bwd_sm90.cuh";
+  if (n == "attn_bwd_fused")
+    return mma == 91 ? "attn_bwd_sm90_tma.cuh" : mma == 92 ? "attn_bwd_sm90_sweep.cuh" : "attn_bwd_sm90.cuh";
   return f.template_file();  // one kernel in one file
 }
 

@@ -160,9 +160,11 @@ TEST(RuntimeCApi, ExplainChoosesExactEntriesAndCompilesForSm90a) {
   auto b = explain(rt, gstar, true, "sm_90a");
   EXPECT_EQ(b["way"], nlohmann::json({"attn_bwd_preprocess", "attn_bwd_dkdv", "attn_bwd_dq"}));
   EXPECT_GT(b["workspace_bytes"].get<std::size_t>(), 0u);  // D at least
-  // The fused way cannot run at head_dim 16 (mma 91's constraint head_dim % 64 == 0): said, not hidden.
-  ASSERT_EQ(b["passed_over"].size(), 2u);
+  // The fused way cannot run at head_dim 16 (mma 91's constraint head_dim % 64 == 0), nor the sweep with D inline
+  // (no configs for it in the table): said, not hidden.
+  ASSERT_EQ(b["passed_over"].size(), 3u);
   EXPECT_NE(b["passed_over"][0].get<std::string>().find("constraint head_dim % 64 == 0"), std::string::npos) << b;
+  EXPECT_NE(b["passed_over"].dump().find("attn_bwd_fused_delta"), std::string::npos) << b;
   for (const auto& st : b["stages"]) EXPECT_EQ(st["untuned"], false);
   // GPT-OSS's shape, never tuned: the nearest entries (bf16, window, learned sinks) and d(sinks) after the way.
   auto g = explain(rt, shape(4, 64, 8, 4096, 4096, 64, FT_BF16, 1, 128, 0, 1), true, "sm_90a");
