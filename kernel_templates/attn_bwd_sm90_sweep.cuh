@@ -35,14 +35,19 @@
 // is refilled (two of its slot's tiles later) only after the stage ring has moved past every item that read it: it
 // is loaded for query tile li right after the wait for item li G - kStages's stage, and its previous tile's last
 // reader was query tile li - kSlots - 1 <= li - 2, items up to (li - 1) G - 1 (G >= 1, kStages <= kSlots + 1).
-// Handoffs between the consumer warpgroups, named barriers over their kSlots x 128 threads: 1 + b, dS^T tile b full
-// (the other warpgroups arrive, owner b waits); 1 + kSlots + b, tile b free (owner b arrives once its dQ has
-// completed; the others wait before they next write it, kSlots items later). A barrier's roles never change, and no
-// side can arrive twice at one before the other side has used it.
+// With D inline (kInlineDelta, attn_bwd_fused_delta) the producer also loads each item's O tile, and its warps 2
+// and 3 sum D = rowsum(dO * O) of a row each from the stage's dO and O tiles once their bytes are in ("loaded"),
+// into the stage (the consumers read it there) and to p.delta (attn_bwd_dsink reads it); a stage is "full" once the
+// LSE (and D) rows are in, and the consumers wait for both.
+// Handoffs between the consumer warpgroups, mbarriers per dS^T tile b: "ds full" (every consumer thread arrives after
+// its rows, owner b waits) and "ds free" (owner b's threads arrive once its dQ has completed; the others wait before
+// they next write the tile, kSlots items later). Neither side can complete a phase twice before the other has
+// waited for it, and no warpgroup waits for another non-owner (named barriers made the two non-owners meet: 8.6 %
+// of the samples, session 29's ncu).
 //
 // Shared memory (FtAttnSmem::bwd_sweep), from the first 1024-byte boundary: per slot two (K, V) buffers of 8 KiB
-// tiles, kStages x [Q | dO | LSE | D] (rounded up to 1 KiB), kSlots dS^T tiles (kSlots x 8 KiB each), then the
-// mbarriers: kv full per (slot, buffer), full per stage, empty per stage.
+// tiles, kStages x [Q | dO | (O |) LSE | D] (rounded up to 1 KiB), kSlots dS^T tiles (kSlots x 8 KiB each), then the
+// mbarriers: kv full per (slot, buffer); loaded, full and empty per stage; ds full and ds free per dS^T tile.
 #pragma once
 
 #include "attn_params.cuh"
@@ -129,7 +134,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   };
   static_assert(FtAttnSmem::bwd_sweep(kSlots, kStages, kInlineDelta) ==
                     1024 + 4LL * kSlots * kTile + 1LL * kStages * kStageBytes + 1LL * kSlots * kDsBytes +
-                        8LL * (2 * kSlots + 3 * kStages),
+                        8LL * (4 * kSlots + 3 * kStages),
                 "the host's shared memory size is this layout's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
@@ -148,6 +153,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
   auto loaded = [&](int st) { return bars + 8u * unsigned(2 * kSlots + st); };
   auto full = [&](int st) { return bars + 8u * unsigned(2 * kSlots + kStages + st); };
   auto empty = [&](int st) { return bars + 8u * unsigned(2 * kSlots + 2 * kStages + st); };
+  auto ds_full = [&](int t) { return bars + 8u * unsigned(2 * kSlots + 3 * kStages + t); };
+  auto ds_free = [&](int t) { return bars + 8u * unsigned(3 * kSlots + 3 * kStages + t); };
   auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -167,6 +174,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       ft_mbarrier_init(loaded(st), 1);                         // the TMA thread, with the bytes
       ft_mbarrier_init(full(st), kInlineDelta ? 32 + 64 : 32);  // the LSE (/ D) warp; inline: the two D warps
       ft_mbarrier_init(empty(st), kThreadsC);                  // every consumer thread, after its last read of the stage
+    }
+    for (int i = 0; i < kSlots; ++i) {
+      ft_mbarrier_init(ds_full(i), kThreadsC);  // every consumer thread, after its dS^T rows of the item
+      ft_mbarrier_init(ds_free(i), 128);        // the owner's threads, once its dQ has completed
     }
     ft_fence_mbarrier_init();
   }
@@ -289,7 +300,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       // serialized every wgmma, C7514). Each half: ft_bwd_item_to_ds (dV += P^T dO left running), its dS^T rows
       // into the tile's half, dK += dS^T Q of its 32 queries.
       const bool in_keys = n0 >= 0 && n0 < p.seq_k;
-      if (n >= kSlots && w != own) ft_named_barrier_sync(1 + kSlots + own, kThreadsC);  // tile `own` free
+      // dS^T tile `own` is read last by the dQ of item n - kSlots (its owner's, which arrives on ds_free after it).
+      if (n >= kSlots && w != own) ft_mbarrier_wait(ds_free(own), unsigned(n / kSlots - 1) & 1u);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const unsigned q_half = smem_q + unsigned(half * 32 * 128), do_half = smem_do + unsigned(half * 32 * 128);
@@ -309,8 +321,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
         ft_wgmma_regs_by_tile<T, kHeadDim, 2>(dk_acc, af_ds, q_half, unsigned(kTile));  // dK += dS^T Q
       }
       ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
+      ft_mbarrier_arrive(ds_full(own));  // this thread's rows are in (release)
       if (w == own) {
-        ft_named_barrier_sync(1 + own, kThreadsC);  // every warpgroup's rows are in
+        ft_mbarrier_wait(ds_full(own), unsigned(n / kSlots) & 1u);  // every warpgroup's rows are in
         // dQ = dS K over the slots' keys: A = the dS^T tile M-major (16 keys = 2048 bytes a step), B = slot sl's K
         // tile N-major. The other slots' K tiles have landed (their warpgroups waited for them before their rows
         // came in; these waits pass at once and order the TMA writes for this thread).
@@ -347,9 +360,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
             *reinterpret_cast<unsigned*>(dq_out + q_row * p.q_ss + nt * 8) =
                 FtMma<T>::pack(dq[nt * 4 + 2 * r] * p.scale, dq[nt * 4 + 2 * r + 1] * p.scale);
         }
-        if (n + kSlots < n_items) ft_named_barrier_arrive(1 + kSlots + own, kThreadsC);  // tile `own` free
-      } else {
-        ft_named_barrier_arrive(1 + own, kThreadsC);  // this warpgroup's rows are in
+        if (n + kSlots < n_items) ft_mbarrier_arrive(ds_free(own));  // tile `own` free
       }
       ft_wgmma_wait<0>();
       ft_fence_regs<kHeadDim / 2>(dk_acc);

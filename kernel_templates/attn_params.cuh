@@ -185,14 +185,14 @@ struct FtAttnSmem {
   // attn_bwd_fused_sweep_tma_kernel (slots consumer warpgroups, head_dim 64, 64-row tiles): from the first 1024-byte
   // boundary two (K, V) buffers per slot (8 KiB tiles), `stages` x (Q, dO, [O,] LSE, D) each rounded up to 1 KiB,
   // one dS^T tile per slot (slots x 64 keys x 64 queries), then the mbarriers: per slot and buffer K / V full, per
-  // stage loaded (the TMA bytes), full (LSE and D in), empty.
+  // stage loaded (the TMA bytes), full (LSE and D in), empty, per dS^T tile full and free.
   // With D inline each stage also holds the O tile; the mbarriers add one per stage (its TMA bytes "loaded").
   static constexpr FT_HOST_DEVICE long long bwd_sweep_stage(bool inline_delta) {
     return (dkdv_stage(64, 64) + (inline_delta ? 8192 : 0) + 1023) / 1024 * 1024;
   }
   static constexpr FT_HOST_DEVICE long long bwd_sweep(int slots, int stages, bool inline_delta = false) {
     return 1024 + 4LL * slots * 8192 + stages * bwd_sweep_stage(inline_delta) + 1LL * slots * slots * 8192 +
-           8LL * (2 * slots + 3 * stages);
+           8LL * (4 * slots + 3 * stages);
   }
   // attn_fwd_f32_kernel [floats x 4]: Q tile, `stages` (K, V) pairs, FFMA: the P tile (bm x (bn + 8)).
   static constexpr FT_HOST_DEVICE long long fwd_f32(int hd, int bm, int bn, int stages, bool tf32) {

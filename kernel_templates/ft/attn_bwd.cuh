@@ -36,7 +36,12 @@ struct FtBwdCols {
 // P^T in place of S^T (kBlockM / 2 floats per thread: this thread's keys key0, key0 + 8 against the tile's
 // queries m0 .., of seq_q): exp2(S^T scale log2 e - LSE log2 e), 0 where the mask hides the pair or the query is past
 // seq_q (whatever LSE says there). lse: the tile's LSE values (natural log) as this thread's columns (FtBwdCols).
-// Tiles inside the mask skip the checks (ft_if_masked).
+// Tiles inside the mask skip the checks (ft_if_masked). In a boundary tile each of the thread's two keys sees one
+// range of query rows (FtAttnQueryRange of that key alone, below seq_q; none past seq_k): at block_m <= 64 the mask
+// is two compares an element against the range, as columns relative to the thread's first column 2 t4, instead of
+// mask.visible (session 29: the windowed sweep spent ~17 instructions an element in this loop); 128-row items keep
+// mask.visible (the cp.async fused pass at head_dim 64 sits at the 255-register cap: the four range registers made
+// ptxas serialize its wgmma, C7511).
 template <int kBlockM, int kBlockN, bool kCausal, bool kWindow, class Cols>
 __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const FtAttnMask<kCausal, kWindow>& mask, int seq_q, int m0,
                                                int n0, int key0, const Cols& lse, float scale_log2, int t4) {
@@ -44,16 +49,28 @@ __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const Ft
   const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
   ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
     constexpr bool kMasked = decltype(masked)::value;
+    constexpr bool kRanges = kBlockM <= 64;
+    int lo[2] = {0, 0}, hi[2] = {0, 0};  // key key0 + 8 r sees columns [lo[r], hi[r]) + 2 t4 of the tile
+    if constexpr (kMasked && kRanges) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int key = key0 + 8 * r;
+        const FtAttnQueryRange<kCausal, kWindow> rows(mask, key, key + 1);
+        lo[r] = rows.lo - m0 - 2 * t4;
+        hi[r] = (key < mask.seq_k ? min(rows.hi, seq_q) : rows.lo) - m0 - 2 * t4;
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < kBlockM / 8; ++nt)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = nt * 8 + 2 * t4 + e;
           float& x = s[nt * 4 + 2 * r + e];
           const float p = ft_prob_from_lse<false>(x, scale_log2, lse(nt, e) * kLog2e);
-          const bool vis = !kMasked || (m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
+          const int col = nt * 8 + 2 * t4 + e;
+          const bool vis = !kMasked || (kRanges ? nt * 8 + e >= lo[r] && nt * 8 + e < hi[r]
+                                                : m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
           x = vis ? p : 0.f;
         }
   });
