@@ -66,6 +66,25 @@ std::int64_t sweep_workspace(const Shape& s) {
   return chunks < 2 ? 0 : 2 * s.batch * s.heads_kv * chunks * 2 * 2 * 4096;
 }
 
+// The backward's parameter struct grown to FtAttnBwdTmaParams: the tensor maps (4-D, 64-column boxes) of Q and dO
+// (q_rows-row boxes), K and V (kv_rows), O's as Q's where o_buffer >= 0, and unit_group.
+std::vector<KernelArg> tma_arguments(std::vector<KernelArg> shared, const Shape& s, std::int64_t q_rows, std::int64_t kv_rows,
+                                     int o_buffer, std::int32_t unit_group) {
+  auto& params = std::get<ParamsArg>(shared.at(0));
+  BwdParams a;
+  std::memcpy(&a, params.bytes.data(), sizeof a);
+  using Tma = FtAttnBwdTmaParams<void>;
+  params.grow(sizeof(Tma));
+  attn::map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, q_rows);
+  attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, q_rows);
+  attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, kv_rows);
+  attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, kv_rows);
+  if (o_buffer >= 0)
+    attn::map_heads_tensor(params, offsetof(Tma, o_map), o_buffer, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, q_rows);
+  params.set(offsetof(Tma, unit_group), unit_group);
+  return shared;
+}
+
 class FusedWgmma final : public GradVariant {
  public:
   FusedWgmma()
@@ -149,20 +168,11 @@ class FusedTma final : public GradVariant {
     l.block[0] += 128;
     return l;
   }
-  // FtAttnBwdTmaParams: the backward's struct, then the maps of Q, K, V, dO (4-D, 64-column boxes), then the block
-  // order's section width (unit_group, at most the (kv head, batch) pairs).
+  // FtAttnBwdTmaParams: the maps of Q, dO (block_m-row boxes), K, V (block_n), then the block order's section width
+  // (unit_group, at most the (kv head, batch) pairs).
   std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
-    auto& params = std::get<ParamsArg>(shared.at(0));
-    BwdParams a;
-    std::memcpy(&a, params.bytes.data(), sizeof a);
-    using Tma = FtAttnBwdTmaParams<void>;
-    params.grow(sizeof(Tma));
-    attn::map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
-    attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, c.block_n);
-    params.set(offsetof(Tma, unit_group), std::int32_t(std::clamp<std::int64_t>(c.unit_group, 1, s.heads_kv * s.batch)));
-    return shared;
+    return tma_arguments(std::move(shared), s, c.block_m, c.block_n, -1,
+                         std::int32_t(std::clamp<std::int64_t>(c.unit_group, 1, s.heads_kv * s.batch)));
   }
 
  private:
@@ -224,19 +234,9 @@ class FusedSweep final : public GradVariant {
   // FtAttnBwdTmaParams: the maps of Q, dO [, O] (64-row boxes), K and V (64-key boxes: one slot's tile); chunks is
   // the launch's (AttnBwdFused::launch sets it from the grid).
   std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
-    auto& params = std::get<ParamsArg>(shared.at(0));
-    BwdParams a;
-    std::memcpy(&a, params.bytes.data(), sizeof a);
-    using Tma = FtAttnBwdTmaParams<void>;
-    params.grow(sizeof(Tma));
-    attn::map_heads_tensor(params, offsetof(Tma, q_map), kQ, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    attn::map_heads_tensor(params, offsetof(Tma, do_map), kDout, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    attn::map_heads_tensor(params, offsetof(Tma, k_map), kK, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
-    attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
-    if (m_inline) attn::map_heads_tensor(params, offsetof(Tma, o_map), kFdO, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, c.block_m);
-    params.set(offsetof(Tma, unit_group), std::int32_t(1));
-    params.set(offsetof(Tma, chunks), std::int32_t(1));
-    return shared;
+    auto args = tma_arguments(std::move(shared), s, c.block_m, 64, m_inline ? kFdO : -1, 1);
+    std::get<ParamsArg>(args.at(0)).set(offsetof(FtAttnBwdTmaParams<void>, chunks), std::int32_t(1));
+    return args;
   }
 
  private:

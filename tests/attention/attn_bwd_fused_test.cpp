@@ -66,6 +66,21 @@ int most_spill(const std::string& log) {
   return m;
 }
 
+// A TMA kernel config: its name expression, its own template whose kernel takes FtAttnBwdTmaParams, and arguments
+// that are that struct binding every buffer once; returns the struct's argument (empty after a failure).
+kernels::ParamsArg expect_tma_kernel(const kernels::KernelFamily& f, const core::Config& c, const core::Problem& p,
+                                     const std::string& name, const std::string& file) {
+  const auto spec = f.specialize(c, p);
+  EXPECT_EQ(spec.name_expression, name);
+  EXPECT_EQ(spec.template_file, file);
+  const std::string kernel = name.substr(0, name.find('<'));
+  EXPECT_TRUE(flashtune::testing::takes_params_struct(flashtune::testing::read_template(file), kernel, "FtAttnBwdTmaParams"));
+  const auto args = f.arguments(c, p);
+  const std::string bad = flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdTmaParams<void>), f.buffers(p));
+  EXPECT_EQ(bad, "");
+  return bad.empty() ? std::get<kernels::ParamsArg>(args[0]) : kernels::ParamsArg{};
+}
+
 }  // namespace
 
 TEST(AttnBwdFused, IsItsOwnStageBesideDkdvAndDq) {
@@ -182,15 +197,8 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   auto c = cfg(64, 128, 8, 2);
   c.values["mma"] = 91;
   ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
-  const auto spec = f.specialize(c, p);
-  EXPECT_EQ(spec.name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 64, 2, 2, false, false>");
-  EXPECT_EQ(spec.template_file, "attn_bwd_sm90_tma.cuh");
-  const std::string source = flashtune::testing::read_template("attn_bwd_sm90_tma.cuh");
-  EXPECT_TRUE(flashtune::testing::takes_params_struct(source, "attn_bwd_fused_tma_kernel", "FtAttnBwdTmaParams"));
-  const auto args = f.arguments(c, p);
   const auto buffers = f.buffers(p);
-  ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdTmaParams<void>), buffers), "");
-  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  const auto a = expect_tma_kernel(f, c, p, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 64, 2, 2, false, false>", "attn_bwd_sm90_tma.cuh");
   using Tma = FtAttnBwdTmaParams<void>;
   const std::map<std::size_t, std::pair<int, std::uint32_t>> maps{
       {offsetof(Tma, q_map), {kernels::attn_bwd::kQ, 64}}, {offsetof(Tma, do_map), {kernels::attn_bwd::kDout, 64}},
@@ -306,15 +314,8 @@ TEST(AttnBwdFused, Mma92IsTheWindowedSweep) {
   auto c = cfg(64, 192, 12, 2);
   c.values["mma"] = 92;
   ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
-  const auto spec = f.specialize(c, p);
-  EXPECT_EQ(spec.name_expression, "attn_bwd_fused_sweep_tma_kernel<ft_bf16, 64, 64, 3, 2, true, true>");
-  EXPECT_EQ(spec.template_file, "attn_bwd_sm90_sweep.cuh");
-  const std::string source = flashtune::testing::read_template("attn_bwd_sm90_sweep.cuh");
-  EXPECT_TRUE(flashtune::testing::takes_params_struct(source, "attn_bwd_fused_sweep_tma_kernel", "FtAttnBwdTmaParams"));
-  const auto args = f.arguments(c, p);
   const auto buffers = f.buffers(p);
-  ASSERT_EQ(flashtune::testing::check_params_arg(args, sizeof(FtAttnBwdTmaParams<void>), buffers), "");
-  const auto& a = std::get<kernels::ParamsArg>(args[0]);
+  const auto a = expect_tma_kernel(f, c, p, "attn_bwd_fused_sweep_tma_kernel<ft_bf16, 64, 64, 3, 2, true, true>", "attn_bwd_sm90_sweep.cuh");
   ASSERT_EQ(a.maps.size(), 4u);
   for (const auto& m : a.maps) EXPECT_EQ(m.box, (std::vector<std::uint32_t>{64, 64, 1, 1})) << "map at " << m.offset;
   const auto s = f.launch_shape(c, p, sm90);
@@ -331,7 +332,7 @@ TEST(AttnBwdFused, Mma92IsTheWindowedSweep) {
   auto det = c;
   det.values["dq_order"] = 2;
   EXPECT_EQ(f.can_run(det, p, sm90), std::nullopt);
-  EXPECT_EQ(f.specialize(det, p).name_expression, spec.name_expression);
+  EXPECT_EQ(f.specialize(det, p).name_expression, f.specialize(c, p).name_expression);
   // A window of 64 keys: a query tile sees two key tiles, two consumer warpgroups do; 128 needs three.
   const auto p64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 500}, {"head_dim", 64}, {"causal", 1}, {"window", 64}});
   auto two = cfg(64, 128, 8, 2);

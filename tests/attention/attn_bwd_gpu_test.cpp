@@ -314,29 +314,17 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
         check("dk (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
         check("dv (mma 90)", kv_wgmma[kernels::attn_bwd::kGradOut2].values, g64.dv, g32.dv, atol);
       }
-      if (one_pass) {
-        check("dq (fused)", fused[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
-        check("dk (fused)", fused[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
-        check("dv (fused)", fused[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
-      }
-      if (tma) {
-        check("dq (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
-        check("dk (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
-        check("dv (fused mma 91)", fused_tma[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
-        check("dq (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
-        check("dk (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
-        check("dv (fused mma 91, deterministic)", fused_det[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
-      }
-      if (sweep) {
-        check("dq (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
-        check("dk (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
-        check("dv (fused mma 92)", fused_sweep[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
-      }
-      if (sweep_delta) {
-        check("dq (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
-        check("dk (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
-        check("dv (fused_delta mma 92)", fdelta[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
-      }
+      // A one-pass variant's dQ, dK and dV (its outputs at the fused families' indices).
+      auto check_fused = [&](const std::string& name, const std::vector<kernels::HostTensor>& out) {
+        check(("dq (" + name + ")").c_str(), out[kernels::attn_bwd::kFusedDq].values, g64.dq, g32.dq, atol);
+        check(("dk (" + name + ")").c_str(), out[kernels::attn_bwd::kFusedDk].values, g64.dk, g32.dk, atol);
+        check(("dv (" + name + ")").c_str(), out[kernels::attn_bwd::kFusedDv].values, g64.dv, g32.dv, atol);
+      };
+      if (one_pass) check_fused("fused", fused);
+      if (tma) check_fused("fused mma 91", fused_tma);
+      if (tma) check_fused("fused mma 91, deterministic", fused_det);
+      if (sweep) check_fused("fused mma 92", fused_sweep);
+      if (sweep_delta) check_fused("fused_delta mma 92", fdelta);
       if (inline_delta) {
         check("dq (dq_delta)", dqd[kernels::attn_bwd::kDqdDq].values, g64.dq, g32.dq, atol);
         check("dk (D of dq_delta)", kv_dqd[kernels::attn_bwd::kGradOut].values, g64.dk, g32.dk, atol);
