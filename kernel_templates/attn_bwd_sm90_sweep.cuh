@@ -31,10 +31,11 @@
 // Roles: warpgroup 0 is the producer (setmaxnreg down). Thread 0 issues the TMA copies: the K and V tiles of a key
 // tile as it enters (all kSlots at the chunk's first query tile, then one per query tile) into its slot's buffer
 // (two per slot, alternating, "kv full" mbarrier each), and per item Q and dO into a ring of kStages stages
-// (mbarriers "full" and "empty", as mma 91's). Warp 1 loads each item's LSE and D rows into the stage. A K / V buffer
-// is refilled (two of its slot's tiles later) only after the stage ring has moved past every item that read it: it
-// is loaded for query tile li right after the wait for item li G - kStages's stage, and its previous tile's last
-// reader was query tile li - kSlots - 1 <= li - 2, items up to (li - 1) G - 1 (G >= 1, kStages <= kSlots + 1).
+// (mbarriers "loaded", with the bytes, and "empty"). Warp 1 loads each item's LSE and D rows into the stage ("full").
+// A K / V buffer is refilled (two of its slot's tiles later) only after the stage ring has moved past every item that
+// read it: it is loaded for query tile li right after the wait for item li G - kStages's stage (G: the GQA group),
+// and its previous tile's last reader was query tile li - kSlots - 1, items up to (li - kSlots) G - 1: done, as
+// kStages <= kSlots <= kSlots G + 1.
 // With D inline (kInlineDelta, attn_bwd_fused_delta) the producer also loads each item's O tile, and its warps 2
 // and 3 sum D = rowsum(dO * O) of a row each from the stage's dO and O tiles once their bytes are in ("loaded"),
 // into the stage (the consumers read it there) and to p.delta (attn_bwd_dsink reads it); a stage is "full" once the
