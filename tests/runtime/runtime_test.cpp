@@ -189,6 +189,28 @@ TEST(RuntimeCApi, TheFastestCompleteWayWins) {
   EXPECT_EQ(explain(rt, s, true, "sm_90a")["way"],
             nlohmann::json({"attn_bwd_dq_delta", "attn_bwd_dkdv", "attn_bwd_dsink"}));
   ft_runtime_destroy(rt);
+  // An attn_bwd_fused_delta entry (the windowed sweep, mma 92: everything and D in one pass) made cheapest: its way of
+  // one stage wins, then dsink, and its kernel compiles for sm_90a.
+  auto doc = testing::read_json(testing::runtime_configs());
+  for (const auto& e : doc["entries"])
+    if (e["family"] == "attn_bwd_dq_delta") {
+      auto sweep = e;
+      sweep["family"] = "attn_bwd_fused_delta", sweep["stage"] = "backward_fused_delta";
+      sweep["config"] = {{"block_m", 64}, {"block_n", 192}, {"dq_order", 1}, {"min_blocks", 1}, {"mma", 92},
+                         {"num_stages", 2}, {"num_warps", 12}, {"unit_group", 1}};
+      sweep["config_key"] = "block_m=64,block_n=192,dq_order=1,min_blocks=1,mma=92,num_stages=2,num_warps=12,unit_group=1";
+      sweep["evidence"]["median_ms"] = 0.001;
+      doc["entries"].push_back(sweep);
+      break;
+    }
+  const auto with_sweep = std::filesystem::temp_directory_path() / "flashtune_runtime_test" / "with_sweep.json";
+  std::ofstream(with_sweep) << doc.dump(1);
+  rt = make_runtime(with_sweep);
+  ASSERT_NE(rt, nullptr);
+  const auto w = explain(rt, s, true, "sm_90a");
+  EXPECT_EQ(w["way"], nlohmann::json({"attn_bwd_fused_delta", "attn_bwd_dsink"})) << w;
+  for (const auto& st : w["stages"]) EXPECT_EQ(st["compile"]["ok"], true) << st;
+  ft_runtime_destroy(rt);
   // Without any dsink entry the backward of a learned-sinks shape takes the built-in fallback for that stage, and says
   // so; the tuned stages are still the file's.
   const auto no_dsink = testing::edited_configs("no_dsink.json", [](nlohmann::json& e) { return e["family"] != "attn_bwd_dsink"; });
