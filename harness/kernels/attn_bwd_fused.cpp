@@ -272,7 +272,7 @@ class AttnBwdFused : public GradStage {
   // chunks' shared key tiles, grid over their floats, four a thread.
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
     const Shape s(p);
-    attn::expect_buffers(env, buffers(p).size(), name());
+    attn::expect_buffers(env, launch_buffers(), name());
     const BwdConfig c(config);
     if (c.mma == 92) {
       auto args = arguments(config, p);
@@ -334,6 +334,8 @@ class AttnBwdFused : public GradStage {
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {
     return {{"dq", s.elements_q()}, {"dk", s.elements_kv()}, {"dv", s.elements_kv()}};
   }
+  /// The buffers launch() is given (buffers()'s count, without building them on the launch path).
+  virtual std::size_t launch_buffers() const { return std::size_t(kFusedAcc) + 1; }
   struct NoVariants {};
   explicit AttnBwdFused(NoVariants) : GradStage(Selector{"mma", &BwdConfig::mma, "tensor-core kernel: "}) {}  // a subclass registers its own
   void rows_to_check(const Shape& s, std::vector<std::int64_t>& q_rows, std::vector<std::int64_t>& k_rows) const override {
@@ -403,6 +405,7 @@ class AttnBwdFusedDelta final : public AttnBwdFused {
     b.push_back({offsetof(BwdParams, o), kFdO});
     return b;
   }
+  std::size_t launch_buffers() const override { return std::size_t(kFdDelta) + 1; }
   // Only the sweep's chunk-shared tiles (at least one float: a buffer is never empty).
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
     b.push_back({"sweep_partials", core::DType::f32, std::max<std::int64_t>(1, sweep_workspace(s)), BufferRole::workspace, 0, 0});
