@@ -219,21 +219,24 @@ __global__ void __launch_bounds__(kWarpgroups * 128, 1)
 }
 
 // dK, dV and (through dq_acc, zeroed by the host before the launch) dQ in one pass. convert = 1: the
-// second launch, grid (seq_q * kHeadDim / (4 * threads) rounded up, heads_q, batch): dq = T(scale * dq_acc),
-// four elements per thread (Q's strides are contiguous: q_ss = kHeadDim, q_sh = seq_q * kHeadDim).
+// second launch, grid (seq_q * kHeadDim / (4 * threads FtBwdConvert::quads()) rounded up, heads_q, batch):
+// dq = T(scale * dq_acc), FtBwdConvert::quads() runs of four elements per thread (ft_bwd_convert_quads; Q's
+// strides are contiguous: q_ss = kHeadDim, q_sh = seq_q * kHeadDim).
 template <typename T, int kHeadDim, int kBlockM, int kWarpgroups, int kStages, bool kCausal, bool kWindow>
 __global__ void __launch_bounds__(kWarpgroups * 128, 1)
     attn_bwd_fused_wgmma_kernel(const __grid_constant__ FtAttnBwdParams<T> p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (p.convert) {
-    const long long i = 4 * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
-    if (i >= static_cast<long long>(p.seq_q) * kHeadDim) return;
-    const long long at = blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + i;
-    const float4 x = *reinterpret_cast<const float4*>(p.ws + at);
-    uint2 out;
-    out.x = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
-    out.y = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
-    *reinterpret_cast<uint2*>(p.dq + at) = out;
+    const long long at = blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
+    ft_bwd_convert_quads<FtBwdConvert::quads()>(
+        static_cast<long long>(p.seq_q) * kHeadDim / 4,
+        [&](long long q) { return *reinterpret_cast<const float4*>(p.ws + at + 4 * q); },
+        [&](long long q, const float4& x) {
+          uint2 out;
+          out.x = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+          out.y = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+          *reinterpret_cast<uint2*>(p.dq + at + 4 * q) = out;
+        });
     return;
   }
   ft_attn_bwd_wgmma_of<T, kHeadDim, kBlockM, kWarpgroups, kStages, kCausal, kWindow, true>(p);

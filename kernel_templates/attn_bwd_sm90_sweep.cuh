@@ -274,14 +274,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
       }
       float* dst = p.ws + plan.ws_tile(b * p.heads_kv + h_kv, c, tail ? 1 : 0, tail ? lt - n_tiles : lt) * 4096;
       const long long dv = plan.ws_dv(p.batch * p.heads_kv);
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-          const int at = (row + 8 * r) * 64 + dt * 8 + 2 * t4;
-          *reinterpret_cast<float2*>(dst + at) = make_float2(dk_acc[dt * 4 + 2 * r], dk_acc[dt * 4 + 2 * r + 1]);
-          *reinterpret_cast<float2*>(dst + dv + at) = make_float2(dv_acc[dt * 4 + 2 * r], dv_acc[dt * 4 + 2 * r + 1]);
-        }
+      // The partial tile in the workspace's 64-column rows (the accumulators are one m64 tile's fragments).
+      using Frag = const float(*)[1][kHeadDim / 8][4];
+      ft_store_rows_f32<1, kHeadDim / 8>(dst, row - g, 64, *reinterpret_cast<Frag>(dk_acc));
+      ft_store_rows_f32<1, kHeadDim / 8>(dst + dv, row - g, 64, *reinterpret_cast<Frag>(dv_acc));
     };
 
     for (int n = 0, li = 0, h = 0; n < n_items; ++n) {

@@ -65,25 +65,29 @@
 #include "ft/wgmma.cuh"
 
 // The second launch (convert = 1): dq = T(scale x accumulator) for every row below seq_q. Grid (ceil(quads /
-// threads), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head): each thread reads four
-// consecutive accumulator floats, one thread's (r, e) of one 8-column accumulator tile: columns 8 nt + 2 (lane % 4)
-// + e of rows 16 w + lane / 4 and that + 8, and writes them as two pairs of T.
+// (threads FtBwdConvert::quads())), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head)
+// (ft_bwd_convert_quads): a quad is four consecutive accumulator floats, one thread's (r, e) of one 8-column
+// accumulator tile: columns 8 nt + 2 (lane % 4) + e of rows 16 w + lane / 4 and that + 8, written as two pairs of T.
 template <typename T, int kHeadDim, int kDqN>
 __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   enum : int { kPieceFloats = 64 * kDqN };
   const long long n_rb = (p.seq_q + 63) / 64;
-  const long long i = 4 * (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x);
-  if (i >= n_rb * 64 * kHeadDim) return;
-  const long long rb = i / (64 * kHeadDim);
-  const int rem = int(i - rb * 64 * kHeadDim);
-  const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
-  const int lane = (f / 4) % 32, q = f / 128, nt = q % (kDqN / 8), w = q / (kDqN / 8);
-  const long long row = rb * 64 + w * 16 + lane / 4;
-  const int col = chunk * kDqN + nt * 8 + 2 * (lane % 4);
-  const float4 x = *reinterpret_cast<const float4*>(p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim + i);
-  T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh + col;
-  if (row < p.seq_q) *reinterpret_cast<unsigned*>(dq + row * p.q_ss) = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
-  if (row + 8 < p.seq_q) *reinterpret_cast<unsigned*>(dq + (row + 8) * p.q_ss) = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+  const float* const acc = p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim;
+  T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
+  ft_bwd_convert_quads<FtBwdConvert::quads()>(
+      n_rb * 16 * kHeadDim, [&](long long q) { return *reinterpret_cast<const float4*>(acc + 4 * q); },
+      [&](long long q, const float4& x) {
+        const long long i = 4 * q;
+        const long long rb = i / (64 * kHeadDim);
+        const int rem = int(i - rb * 64 * kHeadDim);
+        const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
+        const int lane = (f / 4) % 32, at = f / 128, nt = at % (kDqN / 8), w = at / (kDqN / 8);
+        const long long row = rb * 64 + w * 16 + lane / 4;
+        T* const out = dq + chunk * kDqN + nt * 8 + 2 * (lane % 4);
+        if (row < p.seq_q) *reinterpret_cast<unsigned*>(out + row * p.q_ss) = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+        if (row + 8 < p.seq_q)
+          *reinterpret_cast<unsigned*>(out + (row + 8) * p.q_ss) = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+      });
 }
 
 // kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts

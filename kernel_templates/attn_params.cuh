@@ -131,6 +131,14 @@ struct FtBwdDqSplit {
   }
 };
 
+// The fused backward's convert launch (convert = 1 of attn_bwd_fused mma 90 / 91: dQ = T(scale x fp32
+// accumulator)): quads (four accumulator floats) per thread, all loaded before any is stored. The launch runs the
+// main kernel's blocks, which its registers hold to one or two an SM: one quad a thread left the memory pipe mostly
+// idle (6 KB in flight per SM at 384 threads). The host sizes the grid by it.
+struct FtBwdConvert {
+  static constexpr FT_HOST_DEVICE int quads() { return 8; }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Dynamic shared memory of the attention kernels [bytes] as functions of their template arguments: the host
 // sizes each launch with them and the kernels lay their tiles out by them, so the two cannot drift. 16-bit

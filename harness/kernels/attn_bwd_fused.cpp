@@ -290,9 +290,10 @@ class AttnBwdFused : public GradStage {
                    static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
     launch_pass(env, args);
-    const std::int64_t quads = acc_rows(s) * s.head_dim / 4, threads = env.shape.threads_per_block();
+    // FtBwdConvert::quads() quads a thread (the kernel's registers allow one or two blocks an SM).
+    const std::int64_t quads = acc_rows(s) * s.head_dim / 4, per_block = env.shape.threads_per_block() * FtBwdConvert::quads();
     launch_second_pass(env, args, offsetof(BwdParams, convert),
-                       {unsigned((quads + threads - 1) / threads), unsigned(s.heads_q), unsigned(s.batch)});
+                       {unsigned((quads + per_block - 1) / per_block), unsigned(s.heads_q), unsigned(s.batch)});
   }
   /// S^T, dP^T, dV, dK and dQ: 10 * head_dim per visible pair and query head (the whole backward's count).
   double flops(const core::Problem& p) const override { return visible_pair_flops(Shape(p), 10.0); }

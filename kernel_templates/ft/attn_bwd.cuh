@@ -206,3 +206,23 @@ __device__ __forceinline__ int ft_bwd_blocks_before(const FtAttnMask<kCausal, kW
   }
   return count;
 }
+
+// The fused backward's convert launch over n_quads quads (four fp32 accumulator floats) of one (head, batch) slice:
+// the block's threads take kQuads consecutive runs of blockDim.x quads (quad q = (blockIdx.x kQuads + j) blockDim.x
+// + threadIdx.x, coalesced per j), load all of a thread's quads (load(q) -> float4), then store them (store(q, x)),
+// so that kQuads loads a thread are in flight at once.
+template <int kQuads, class Load, class Store>
+__device__ __forceinline__ void ft_bwd_convert_quads(long long n_quads, Load&& load, Store&& store) {
+  const long long q0 = static_cast<long long>(blockIdx.x) * kQuads * blockDim.x + threadIdx.x;
+  float4 x[kQuads];
+#pragma unroll
+  for (int j = 0; j < kQuads; ++j) {
+    const long long q = q0 + static_cast<long long>(j) * blockDim.x;
+    if (q < n_quads) x[j] = load(q);
+  }
+#pragma unroll
+  for (int j = 0; j < kQuads; ++j) {
+    const long long q = q0 + static_cast<long long>(j) * blockDim.x;
+    if (q < n_quads) store(q, x[j]);
+  }
+}
