@@ -199,5 +199,21 @@ TEST_F(RuntimeGpu, EachBackwardWayPassesTheReference) {
   }
 }
 
+TEST_F(RuntimeGpu, TheWindowedSweepWayPassesTheReference) {
+  // An attn_bwd_fused_delta entry (mma 92) made cheapest: the backward is that one pass and dsink. GQA 4 in 3 x 2
+  // blocks; GQA 8 / 1 at seq 1000 (16 query tiles: several chunks, their shared key tiles added by the second launch).
+  ft_runtime* rt = testing::make_runtime(testing::configs_with_sweep("gpu_with_sweep.json", 0.001));
+  ASSERT_NE(rt, nullptr);
+  using testing::shape;
+  const std::vector<ft_attn_shape> shapes = {shape(2, 8, 2, 384, 384, 64, FT_BF16, 1, 128, 0, 1),
+                                             shape(1, 8, 1, 1000, 1000, 64, FT_BF16, 1, 128, 0, 1)};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(problem_of(shapes[i]).key());
+    const auto e = check_step(rt, shapes[i], 500 + 10 * i, /*own_workspace=*/i == 1);
+    EXPECT_EQ(e["way"], nlohmann::json({"attn_bwd_fused_delta", "attn_bwd_dsink"})) << e;
+  }
+  ft_runtime_destroy(rt);
+}
+
 }  // namespace
 }  // namespace flashtune

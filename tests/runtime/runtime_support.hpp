@@ -44,6 +44,28 @@ inline std::filesystem::path edited_configs(const std::string& name, const std::
   return path;
 }
 
+// The test table plus an attn_bwd_fused_delta entry (the windowed sweep, mma 92: dK, dV, dQ and D in one pass, head_dim
+// 64 under a causal window) for the problem of its first attn_bwd_dq_delta entry (GPT-OSS-like, bf16), at median_ms.
+inline std::filesystem::path configs_with_sweep(const std::string& name, double median_ms) {
+  auto doc = read_json(runtime_configs());
+  for (const auto& e : doc["entries"])
+    if (e["family"] == "attn_bwd_dq_delta") {
+      auto sweep = e;
+      sweep["family"] = "attn_bwd_fused_delta", sweep["stage"] = "backward_fused_delta";
+      sweep["config"] = {{"block_m", 64}, {"block_n", 192}, {"dq_order", 1}, {"min_blocks", 1}, {"mma", 92},
+                         {"num_stages", 2}, {"num_warps", 12}, {"unit_group", 1}};
+      sweep["config_key"] = "block_m=64,block_n=192,dq_order=1,min_blocks=1,mma=92,num_stages=2,num_warps=12,unit_group=1";
+      sweep["evidence"]["median_ms"] = median_ms;
+      doc["entries"].push_back(sweep);
+      break;
+    }
+  const auto dir = std::filesystem::temp_directory_path() / "flashtune_runtime_test";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / name;
+  std::ofstream(path) << doc.dump(1);
+  return path;
+}
+
 inline ft_attn_shape shape(std::int64_t batch, std::int64_t hq, std::int64_t hkv, std::int64_t sq, std::int64_t sk,
                            std::int64_t d, int dtype, int causal = 0, int window = 0, int sink_tokens = 0, int sinks = 0) {
   ft_attn_shape s{};

@@ -191,20 +191,7 @@ TEST(RuntimeCApi, TheFastestCompleteWayWins) {
   ft_runtime_destroy(rt);
   // An attn_bwd_fused_delta entry (the windowed sweep, mma 92: everything and D in one pass) made cheapest: its way of
   // one stage wins, then dsink, and its kernel compiles for sm_90a.
-  auto doc = testing::read_json(testing::runtime_configs());
-  for (const auto& e : doc["entries"])
-    if (e["family"] == "attn_bwd_dq_delta") {
-      auto sweep = e;
-      sweep["family"] = "attn_bwd_fused_delta", sweep["stage"] = "backward_fused_delta";
-      sweep["config"] = {{"block_m", 64}, {"block_n", 192}, {"dq_order", 1}, {"min_blocks", 1}, {"mma", 92},
-                         {"num_stages", 2}, {"num_warps", 12}, {"unit_group", 1}};
-      sweep["config_key"] = "block_m=64,block_n=192,dq_order=1,min_blocks=1,mma=92,num_stages=2,num_warps=12,unit_group=1";
-      sweep["evidence"]["median_ms"] = 0.001;
-      doc["entries"].push_back(sweep);
-      break;
-    }
-  const auto with_sweep = std::filesystem::temp_directory_path() / "flashtune_runtime_test" / "with_sweep.json";
-  std::ofstream(with_sweep) << doc.dump(1);
+  const auto with_sweep = testing::configs_with_sweep("with_sweep.json", 0.001);
   rt = make_runtime(with_sweep);
   ASSERT_NE(rt, nullptr);
   const auto w = explain(rt, s, true, "sm_90a");
