@@ -29,6 +29,15 @@ inline nlohmann::json read_json(const std::filesystem::path& p) {
   return nlohmann::json::parse(s.str());
 }
 
+/// `doc` (an export) written under the test's temporary folder as `name`.
+inline std::filesystem::path write_configs(const std::string& name, const nlohmann::json& doc) {
+  const auto dir = std::filesystem::temp_directory_path() / "flashtune_runtime_test";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / name;
+  std::ofstream(path) << doc.dump(1);
+  return path;
+}
+
 /// A copy of the test export with `edit` applied to each entry (return false to drop it), written under the test's
 /// temporary folder as `name`.
 inline std::filesystem::path edited_configs(const std::string& name, const std::function<bool(nlohmann::json&)>& edit) {
@@ -37,11 +46,7 @@ inline std::filesystem::path edited_configs(const std::string& name, const std::
   for (auto& e : doc["entries"])
     if (edit(e)) kept.push_back(e);
   doc["entries"] = kept;
-  const auto dir = std::filesystem::temp_directory_path() / "flashtune_runtime_test";
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
-  std::ofstream(path) << doc.dump(1);
-  return path;
+  return write_configs(name, doc);
 }
 
 // The test table plus an attn_bwd_fused_delta entry (the windowed sweep, mma 92: dK, dV, dQ and D in one pass, head_dim
@@ -59,11 +64,7 @@ inline std::filesystem::path configs_with_sweep(const std::string& name, double 
       doc["entries"].push_back(sweep);
       break;
     }
-  const auto dir = std::filesystem::temp_directory_path() / "flashtune_runtime_test";
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
-  std::ofstream(path) << doc.dump(1);
-  return path;
+  return write_configs(name, doc);
 }
 
 inline ft_attn_shape shape(std::int64_t batch, std::int64_t hq, std::int64_t hkv, std::int64_t sq, std::int64_t sk,
