@@ -127,6 +127,7 @@ class ExperimentRun {
 }  // namespace
 
 void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop; }
 
 RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& opts) {
   g_stop = false;

@@ -94,6 +94,8 @@ RunSummary run_experiment(const experiment::Experiment& exp, const RunOptions& o
 
 /// Requests a graceful stop: the trial in flight finishes and is recorded, the run is marked interrupted.
 void request_stop();
+/// Whether request_stop() was called (a SIGINT / SIGTERM of a supervised run) since the run began.
+bool stop_requested();
 
 /// Content hash of a template and the templates it includes ("#include \"x.cuh\""), used to tell
 /// kernel sources apart when resuming.

@@ -45,6 +45,12 @@ char** remembered_argv() {
 void remember_arguments(char** argv) { g_argv = argv; }
 
 void restart_after_crash(const char* why) {
+  // A stop asked for while the kernel hung (the watchdog waits out its deadline first) would be lost with this
+  // process image: the fresh one starts without it and runs on (session 31: `timeout 100` did not end a run whose
+  // kernels deadlocked one after another, each restart resuming past the last).
+  if (stop_requested())
+    throw core::Error(std::string("stopped (SIGINT / SIGTERM) while a kernel ") + why +
+                      ": not restarting; a rerun resumes past it");
   char** argv = remembered_argv();
   const char* env = std::getenv("FLASHTUNE_RESTARTS");
   const int restarts = env ? std::atoi(env) : 0;

@@ -22,7 +22,8 @@ void remember_arguments(char** argv);
 /// Re-executes this binary with the remembered arguments; `why` names the config's fate in the message
 /// ("crashed", "timed-out"). Every descriptor but stdin/out/err is closed across exec (the driver's among
 /// them), so the old context and any kernel still running in it end with the old image. Throws core::Error
-/// after kMaxRestarts restarts or when exec fails; never returns otherwise.
+/// when a stop was requested (stop_requested(): the fresh image would not know of it), after kMaxRestarts
+/// restarts, or when exec fails; never returns otherwise.
 [[noreturn]] void restart_after_crash(const char* why = "crashed");
 
 /// A launch the watchdog (measure::Watchdog) waited for past its deadline; the GPU is still running it.

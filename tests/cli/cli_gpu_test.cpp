@@ -94,3 +94,38 @@ studies:
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+// SIGTERM while a kernel hangs (the watchdog waiting out its deadline): the hung trial is recorded as timeout and
+// the process ends there, without the restart that would resume past it in a fresh image that knows nothing of the
+// signal (session 31: a run whose kernels deadlocked one after another outlived `timeout 100` by minutes).
+TEST(CliGpu, SigtermDuringAHangEndsTheRunWithoutARestart) {
+  std::string why;
+  if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+  const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_term_" + std::to_string(::getpid()));
+  ft_test::write_planted_templates(dir / "templates", 0, 128);  // 128 threads never end
+  std::ofstream(dir / "hang.yaml") << R"(
+name: hang_term
+measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 10}
+validate: {atol: 1e-4}  # the planted kernel's serial fp32 sum (see the crash test)
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 300, cols: 100, dtype: f32}]
+    space: {block_threads: [128, 256], rows_per_block: 1, vec: 1}
+)";
+  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+  const std::string db = (dir / "t.sqlite").string();
+  // SIGTERM 5 s in: the first config's kernel has hung since about 1 s; the watchdog gives up at about 11 s.
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto [status, out] = sh("timeout -k 5 90 timeout -s TERM 5 " + bin + " run " + (dir / "hang.yaml").string() +
+                                " --no-cache --db " + db + " --templates " + (dir / "templates").string());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(status, 124) << out;  // the inner timeout sent its signal; the outer one did not have to
+  EXPECT_LT(seconds, 40) << out;
+  EXPECT_EQ(out.find("restarting in a fresh process"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped (SIGINT / SIGTERM) while a kernel timed-out: not restarting"), std::string::npos) << out;
+  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+  ASSERT_EQ(qs, 0) << q;
+  EXPECT_EQ(q, "config,status\n\"block_threads=128,rows_per_block=1,vec=1\",timeout\n") << out;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
