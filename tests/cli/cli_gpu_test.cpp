@@ -24,6 +24,38 @@ using namespace flashtune;
 
 namespace {
 constexpr auto sh = ft_test::run_with_stderr;  // stdout and stderr, as a user sees them
+
+// `flashtune run` of weighted_row_sum over block_threads `threads` with a planted kernel that never ends at 128
+// threads, measure.watchdog_s `watchdog_s`, its command line behind `wrap` (timeouts): what it printed, its exit
+// status and wall time [s], and where its database and files are.
+struct HangRun {
+  int status = 0;
+  std::string out;
+  double seconds = 0;
+  std::string bin, db;
+  fs::path dir;
+};
+HangRun run_hanging(const std::string& name, const std::string& watchdog_s, const std::string& threads, const std::string& wrap) {
+  HangRun r;
+  r.dir = fs::temp_directory_path() / ("ft_cli_gpu_" + name + "_" + std::to_string(::getpid()));
+  ft_test::write_planted_templates(r.dir / "templates", 0, 128);  // 128 threads never end
+  std::ofstream(r.dir / "hang.yaml") << "name: " << name << R"(
+measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: )" << watchdog_s << R"(}
+validate: {atol: 1e-4}  # the planted kernel's serial fp32 sum (see the crash test)
+studies:
+  - family: weighted_row_sum
+    problems: [{rows: 300, cols: 100, dtype: f32}]
+    space: {block_threads: )" << threads << R"(, rows_per_block: 1, vec: 1}
+)";
+  r.bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+  r.db = (r.dir / "h.sqlite").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ran = sh(wrap + " " + r.bin + " run " + (r.dir / "hang.yaml").string() + " --no-cache --db " + r.db +
+                     " --templates " + (r.dir / "templates").string());
+  r.status = ran.status, r.out = ran.out;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
 }  // namespace
 
 TEST(CliGpu, CrashedKernelIsRecordedAndTheRunResumesInAFreshProcess) {
@@ -62,23 +94,8 @@ studies:
 TEST(CliGpu, EndlessKernelTimesOutAndTheRunResumesInAFreshProcess) {
   std::string why;
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
-  const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_hang_" + std::to_string(::getpid()));
-  ft_test::write_planted_templates(dir / "templates", 0, 128);  // 128 threads never end
-  std::ofstream(dir / "hang.yaml") << R"(
-name: hang_resume
-measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 2}
-validate: {atol: 1e-4}  # the planted kernel's serial fp32 sum (see the crash test)
-studies:
-  - family: weighted_row_sum
-    problems: [{rows: 300, cols: 100, dtype: f32}]
-    space: {block_threads: [64, 128, 256], rows_per_block: 1, vec: 1}
-)";
-  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
-  const std::string db = (dir / "h.sqlite").string();
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto [status, out] = sh("timeout 120 " + bin + " run " + (dir / "hang.yaml").string() + " --no-cache --db " + db +
-                                " --templates " + (dir / "templates").string());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const HangRun r = run_hanging("hang_resume", "2", "[64, 128, 256]", "timeout 120");
+  const auto& [status, out, seconds, bin, db, dir] = r;
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("restarting in a fresh process to resume past the timed-out config"), std::string::npos) << out;
   EXPECT_LT(seconds, 60) << out;
@@ -101,24 +118,9 @@ studies:
 TEST(CliGpu, SigtermDuringAHangEndsTheRunWithoutARestart) {
   std::string why;
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
-  const fs::path dir = fs::temp_directory_path() / ("ft_cli_gpu_term_" + std::to_string(::getpid()));
-  ft_test::write_planted_templates(dir / "templates", 0, 128);  // 128 threads never end
-  std::ofstream(dir / "hang.yaml") << R"(
-name: hang_term
-measure: {warmup: 1, min_samples: 3, max_samples: 5, max_time_s: 0.2, watchdog_s: 10}
-validate: {atol: 1e-4}  # the planted kernel's serial fp32 sum (see the crash test)
-studies:
-  - family: weighted_row_sum
-    problems: [{rows: 300, cols: 100, dtype: f32}]
-    space: {block_threads: [128, 256], rows_per_block: 1, vec: 1}
-)";
-  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
-  const std::string db = (dir / "t.sqlite").string();
   // SIGTERM 5 s in: the first config's kernel has hung since about 1 s; the watchdog gives up at about 11 s.
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto [status, out] = sh("timeout -k 5 90 timeout -s TERM 5 " + bin + " run " + (dir / "hang.yaml").string() +
-                                " --no-cache --db " + db + " --templates " + (dir / "templates").string());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const HangRun r = run_hanging("hang_term", "10", "[128, 256]", "timeout -k 5 90 timeout -s TERM 5");
+  const auto& [status, out, seconds, bin, db, dir] = r;
   EXPECT_EQ(status, 124) << out;  // the inner timeout sent its signal; the outer one did not have to
   EXPECT_LT(seconds, 40) << out;
   EXPECT_EQ(out.find("restarting in a fresh process"), std::string::npos) << out;
