@@ -24,6 +24,12 @@ using namespace flashtune;
 
 namespace {
 constexpr auto sh = ft_test::run_with_stderr;  // stdout and stderr, as a user sees them
+const std::string kBin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
+
+// The run's trials in order as CSV "config,status" rows (`flashtune query sql`).
+ft_test::CommandResult trial_statuses(const std::string& db) {
+  return sh(kBin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+}
 
 // `flashtune run` of weighted_row_sum over block_threads `threads` with a planted kernel that never ends at 128
 // threads, measure.watchdog_s `watchdog_s`, its command line behind `wrap` (timeouts): what it printed, its exit
@@ -32,7 +38,7 @@ struct HangRun {
   int status = 0;
   std::string out;
   double seconds = 0;
-  std::string bin, db;
+  std::string db;
   fs::path dir;
 };
 HangRun run_hanging(const std::string& name, const std::string& watchdog_s, const std::string& threads, const std::string& wrap) {
@@ -47,10 +53,9 @@ studies:
     problems: [{rows: 300, cols: 100, dtype: f32}]
     space: {block_threads: )" << threads << R"(, rows_per_block: 1, vec: 1}
 )";
-  r.bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
   r.db = (r.dir / "h.sqlite").string();
   const auto t0 = std::chrono::steady_clock::now();
-  const auto ran = sh(wrap + " " + r.bin + " run " + (r.dir / "hang.yaml").string() + " --no-cache --db " + r.db +
+  const auto ran = sh(wrap + " " + kBin + " run " + (r.dir / "hang.yaml").string() + " --no-cache --db " + r.db +
                      " --templates " + (r.dir / "templates").string());
   r.status = ran.status, r.out = ran.out;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -74,13 +79,12 @@ studies:
     problems: [{rows: 300, cols: 100, dtype: f32}]
     space: {block_threads: [64, 128, 256], rows_per_block: 1, vec: 1}
 )";
-  const std::string bin = std::string(FT_BINARY_DIR) + "/harness/cli/flashtune";
   const std::string db = (dir / "c.sqlite").string();
-  const auto [status, out] = sh(bin + " run " + (dir / "crash.yaml").string() + " --no-cache --db " + db +
+  const auto [status, out] = sh(kBin + " run " + (dir / "crash.yaml").string() + " --no-cache --db " + db +
                                 " --templates " + (dir / "templates").string());
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("restarting in a fresh process"), std::string::npos) << out;
-  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+  const auto [qs, q] = trial_statuses(db);
   ASSERT_EQ(qs, 0) << q;
   EXPECT_EQ(q,
             "config,status\n"
@@ -95,18 +99,18 @@ TEST(CliGpu, EndlessKernelTimesOutAndTheRunResumesInAFreshProcess) {
   std::string why;
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   const HangRun r = run_hanging("hang_resume", "2", "[64, 128, 256]", "timeout 120");
-  const auto& [status, out, seconds, bin, db, dir] = r;
+  const auto& [status, out, seconds, db, dir] = r;
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("restarting in a fresh process to resume past the timed-out config"), std::string::npos) << out;
   EXPECT_LT(seconds, 60) << out;
-  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+  const auto [qs, q] = trial_statuses(db);
   ASSERT_EQ(qs, 0) << q;
   EXPECT_EQ(q,
             "config,status\n"
             "\"block_threads=64,rows_per_block=1,vec=1\",ok\n"
             "\"block_threads=128,rows_per_block=1,vec=1\",timeout\n"
             "\"block_threads=256,rows_per_block=1,vec=1\",ok\n") << out;
-  const auto [rs, reason] = sh(bin + " query sql \"SELECT reason FROM trials WHERE status = 'timeout'\" --format csv --db " + db);
+  const auto [rs, reason] = sh(kBin + " query sql \"SELECT reason FROM trials WHERE status = 'timeout'\" --format csv --db " + db);
   EXPECT_NE(reason.find("watchdog_s: 2.0 s"), std::string::npos) << reason;
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -120,12 +124,12 @@ TEST(CliGpu, SigtermDuringAHangEndsTheRunWithoutARestart) {
   if (!cuda::driver_available(&why) || cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
   // SIGTERM 5 s in: the first config's kernel has hung since about 1 s; the watchdog gives up at about 11 s.
   const HangRun r = run_hanging("hang_term", "10", "[128, 256]", "timeout -k 5 90 timeout -s TERM 5");
-  const auto& [status, out, seconds, bin, db, dir] = r;
+  const auto& [status, out, seconds, db, dir] = r;
   EXPECT_EQ(status, 124) << out;  // the inner timeout sent its signal; the outer one did not have to
   EXPECT_LT(seconds, 40) << out;
   EXPECT_EQ(out.find("restarting in a fresh process"), std::string::npos) << out;
   EXPECT_NE(out.find("stopped (SIGINT / SIGTERM) while a kernel timed-out: not restarting"), std::string::npos) << out;
-  const auto [qs, q] = sh(bin + " query sql \"SELECT c.key AS config, t.status FROM trials t JOIN configs c ON c.id = t.config_id ORDER BY t.id\" --format csv --db " + db);
+  const auto [qs, q] = trial_statuses(db);
   ASSERT_EQ(qs, 0) << q;
   EXPECT_EQ(q, "config,status\n\"block_threads=128,rows_per_block=1,vec=1\",timeout\n") << out;
   std::error_code ec;
