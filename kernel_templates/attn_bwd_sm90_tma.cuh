@@ -34,7 +34,15 @@
 // tile, so the blocks start together and move down in step (walking up, block n would wait for block 0 to climb to
 // its first tile). A block only ever waits for lower key blocks of its own (kv head, batch) pair, which the block
 // order (below) starts first. The counters follow the accumulator in p.ws: one int per (batch, query head, 64-row
-// block, 64-column chunk), zeroed with it.
+// block, 64-column chunk), then one per (batch, kv head) pair, zeroed with it. In either order each writer warp,
+// once all its adds are complete, counts itself done in its pair's counter (released).
+//
+// The convert launch (below) is launched programmatically (the host's cuda::launch_programmatic): every block of
+// the pass executes griddepcontrol.launch_dependents first, so the convert's blocks start once the pass's last wave
+// is resident, on the SMs that wave leaves idle. A convert block waits (acquire) until its pair's counter holds
+// every writer of the pair's key blocks, then converts; its last block waits for the whole pass (griddepcontrol.wait)
+// so that what follows in the stream sees dK and dV too. Session 33, one H100: -1 % on d128 non-causal, at par on
+// the causal shapes, -3.6 % on GPT-OSS's mma 91 config (docs/NOTES.md).
 //
 // Block order: the grid (key blocks, heads_kv, batch) is walked in sections of tp.unit_group (kv head, batch)
 // pairs, key block 0 of every pair of a section first, then key block 1, ... (ft_section_slot; unit_group 1: one
@@ -75,7 +83,7 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   const float* const acc = p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim;
   T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
   ft_bwd_convert_quads<FtBwdConvert::quads()>(
-      n_rb * 16 * kHeadDim, [&](long long q) { return *reinterpret_cast<const float4*>(acc + 4 * q); },
+      n_rb * 16 * kHeadDim, [&](long long q) { return __ldcg(reinterpret_cast<const float4*>(acc + 4 * q)); },
       [&](long long q, const float4& x) {
         const long long i = 4 * q;
         const long long rb = i / (64 * kHeadDim);
@@ -115,6 +123,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kDqN = kHeadDim / kDqSplit,
     kDqPieces = (kBlockM / 64) * kDqSplit,
     kPieceFloats = 64 * kDqN,
+    kDqWriters = kDqPieces < 2 ? kDqPieces : 2,  // producer warps 2, 3
     kRealloc = FtWarpRoleRegs::realloc(kConsumers, kMinBlocks),
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
   };
@@ -127,9 +136,21 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
   if (p.convert) {
+    // Launched programmatically beside the pass (the host): wait until every block of this (kv head, batch) pair has
+    // finished its dQ adds (each writer warp counts itself once its adds are complete, see the writers).
+    if (threadIdx.x == 0) {
+      const long long n_rb = (p.seq_q + 63) / 64;
+      const int* done = reinterpret_cast<const int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim) +
+                        p.batch * p.heads_q * n_rb * (kHeadDim / 64) + blockIdx.z * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv);
+      ft_wait_turn(done, kDqWriters * ((p.seq_k + kBlockN - 1) / kBlockN));
+    }
+    __syncthreads();
     ft_bwd_convert_dq<T, kHeadDim, kDqN>(p);
+    // The grid completes after the pass (one block waits for it): what follows in the stream sees dK, dV too.
+    if (blockIdx.x + 1 == gridDim.x && blockIdx.y + 1 == gridDim.y && blockIdx.z + 1 == gridDim.z) ft_wait_prerequisites();
     return;
   }
+  ft_launch_dependents();  // the convert launch may start once every block of the pass runs (see above)
   extern __shared__ unsigned char ft_smem_bwd_tma[];
   const unsigned smem_raw = ft_smem_u32(ft_smem_bwd_tma);
   const unsigned smem_k = (smem_raw + 1023u) & ~1023u;  // swizzle atoms are 1024-aligned
@@ -224,10 +245,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
         ft_mbarrier_arrive(full(st));
       }
-    } else if (warp >= 2 && warp - 2 < kDqPieces && n_items > 0) {
+    } else if (warp >= 2 && warp - 2 < kDqWriters) {
       // dQ writer of pieces warp - 2, warp, ...: each item's piece into the accumulator, in turn when deterministic.
       const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
-      // Deterministic: the turn counters after the accumulator, kHeadDim / 64 per 64-row block.
+      // The counters after the accumulator: kHeadDim / 64 turns per 64-row block (deterministic), then one per pair.
       int* const turns = reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
@@ -263,7 +284,13 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
           __syncwarp();
         }
       }
-      if (lane == 0) ft_bulk_wait<0>();  // the adds are complete before the block's shared memory goes
+      // The adds are complete before the block's shared memory goes; then the writer counts itself done in its pair's
+      // counter (released: the convert launch acquires it).
+      if (lane == 0) {
+        ft_bulk_wait<0>();
+        ft_fence_proxy_async_global();
+        ft_pass_turn(turns + p.batch * p.heads_q * n_rb * (kHeadDim / 64) + b * p.heads_kv + h_kv);
+      }
     }
   } else {
     if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();

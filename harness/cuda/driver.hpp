@@ -21,7 +21,7 @@ namespace flashtune::cuda {
   X(cuFuncGetAttribute) X(cuFuncSetAttribute)                                                         \
   X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)      \
   X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async)                    \
-  X(cuLaunchKernel)                                                                                   \
+  X(cuLaunchKernel) X(cuLaunchKernelEx)                                                               \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime)                                                                               \
   X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)                       \

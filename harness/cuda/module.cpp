@@ -55,6 +55,22 @@ void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
                                       dynamic_smem_bytes, stream, args, nullptr));
 }
 
+void launch_programmatic(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
+                         unsigned dynamic_smem_bytes, CUstream stream, void** args) {
+  raise_dynamic_smem_limit(f, dynamic_smem_bytes);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid[0], config.gridDimY = grid[1], config.gridDimZ = grid[2];
+  config.blockDimX = block[0], config.blockDimY = block[1], config.blockDimZ = block[2];
+  config.sharedMemBytes = dynamic_smem_bytes;
+  config.hStream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  FT_CHECK_CU(driver().cuLaunchKernelEx(&config, f, args, nullptr));
+}
+
 core::KernelResources function_resources(CUfunction f) {
   const Driver& d = driver();
   auto get = [&](CUfunction_attribute attr, const char* what) {

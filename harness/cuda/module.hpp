@@ -47,6 +47,13 @@ void raise_dynamic_smem_limit(CUfunction f, unsigned dynamic_smem_bytes);
 void launch(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
             unsigned dynamic_smem_bytes, CUstream stream, void** args, bool limit_raised = false);
 
+/// As launch, with programmatic stream serialization (sm_90's programmatic dependent launch): the kernel may start
+/// once every block of the stream's previous kernel has executed griddepcontrol.launch_dependents (or exited),
+/// beside it. The kernel orders its reads of the previous kernel's writes itself, and should not complete before
+/// it (griddepcontrol.wait in some block) when later work in the stream reads them.
+void launch_programmatic(CUfunction f, const unsigned (&grid)[3], const unsigned (&block)[3],
+                         unsigned dynamic_smem_bytes, CUstream stream, void** args);
+
 /// The loaded function's resources as the driver reports them: registers, local memory per thread
 /// (reported as stack_frame_bytes), static shared and user constant memory. Spills are unknown (-1):
 /// they come from the ptxas report (jit::parse_ptxas_report).

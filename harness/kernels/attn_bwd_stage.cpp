@@ -184,11 +184,16 @@ void launch_pass(const LaunchEnv& env, const std::vector<KernelArg>& args) {
                static_cast<CUstream>(env.stream), pack_kernel_args(args, env.buffers).pointers.data());
 }
 
-void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3]) {
+void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3],
+                        bool programmatic) {
   std::get<ParamsArg>(args[0]).set(flag, std::int32_t(1));
   auto packed = pack_kernel_args(args, env.buffers);
-  cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, static_cast<CUstream>(env.stream),
-               packed.pointers.data());
+  if (programmatic)
+    cuda::launch_programmatic(static_cast<CUfunction>(env.function), grid, env.shape.block, 0,
+                              static_cast<CUstream>(env.stream), packed.pointers.data());
+  else
+    cuda::launch(static_cast<CUfunction>(env.function), grid, env.shape.block, 0, static_cast<CUstream>(env.stream),
+                 packed.pointers.data());
 }
 
 LaunchShape grad_launch(std::int64_t grid_x, std::int64_t grid_y, const BwdConfig& c, const Shape& s, std::int64_t smem) {

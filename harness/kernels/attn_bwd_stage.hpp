@@ -82,8 +82,10 @@ double visible_pair_flops(const Shape& s, double per_dim);
 /// kernel on env.stream with `args` and env.shape.
 void launch_pass(const LaunchEnv& env, const std::vector<KernelArg>& args);
 /// Then the same kernel with the int member at `flag` (offsetof(BwdParams, ...)) of args' params set to 1, on
-/// `grid` with env.shape's block and no dynamic shared memory.
-void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3]);
+/// `grid` with env.shape's block and no dynamic shared memory; `programmatic`: launched to start beside the first
+/// (cuda::launch_programmatic), the kernel waiting for what it reads itself.
+void launch_second_pass(const LaunchEnv& env, std::vector<KernelArg>& args, std::size_t flag, const unsigned (&grid)[3],
+                        bool programmatic = false);
 
 /// A gradient stage's launch: grid (`grid_x`, `grid_y`, batch), 32 num_warps threads, `smem` [bytes].
 LaunchShape grad_launch(std::int64_t grid_x, std::int64_t grid_y, const BwdConfig& c, const Shape& s, std::int64_t smem);

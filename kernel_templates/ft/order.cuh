@@ -22,3 +22,11 @@ __device__ __forceinline__ void ft_pass_turn(int* counter) {
 }
 // Orders this thread's generic-proxy and async-proxy accesses to global memory.
 __device__ __forceinline__ void ft_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+// Programmatic dependent launch (sm_90): the next kernel of the stream, launched with the programmatic stream
+// serialization attribute, may start once every block of this grid has executed this (or exited). Its blocks
+// then run beside this grid's; what it reads of this grid's writes it orders itself (counters, as above) or
+// after ft_wait_prerequisites.
+__device__ __forceinline__ void ft_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Waits until the grid this one was launched after (programmatically) has completed, its writes visible.
+__device__ __forceinline__ void ft_wait_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

@@ -111,8 +111,9 @@ TEST(AttnBwdFused, ArgumentsAreOneParamsStruct) {
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedDv].name, "dv");
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].dtype, core::DType::f32);
-  // whole 64-row blocks (mma 91's layout), then mma 91's turn counters: one per 64 x 64 piece
-  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64 + 2 * 4);
+  // whole 64-row blocks (mma 91's layout), then mma 91's turn counters: one per 64 x 64 piece, and one per (batch,
+  // kv head) pair (its blocks' finished dQ writers, what the convert launch waits for)
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64 + 2 * 4 + 2 * 2);
   const auto& a = std::get<kernels::ParamsArg>(args[0]);
   FtAttnBwdParams<void> prm;
   std::memcpy(&prm, a.bytes.data(), sizeof prm);
@@ -229,9 +230,9 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   // K, V (2 x 32 KiB), two stages of Q, dO + LSE, D (33 KiB each), two dS^T tiles (16 KiB each), the fp32 dQ
   // staging tile (32 KiB), the alignment, 5 mbarriers, a full and an empty mbarrier for each of the 2 dQ pieces.
   EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40 + 32));
-  // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats) and its turn counters (two 64-column chunks a
-  // row block).
-  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2);
+  // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats), its turn counters (two 64-column chunks a
+  // row block) and a counter per (batch, kv head) pair.
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2 + 2 * 2);
   // dq_order 2 (deterministic): the kernel's last template argument; mma 90 refuses it; 1 and 2 only.
   auto det = c;
   det.values["dq_order"] = 2;
