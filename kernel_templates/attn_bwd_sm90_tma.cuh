@@ -41,8 +41,8 @@
 // the pass executes griddepcontrol.launch_dependents first, so the convert's blocks start once the pass's last wave
 // is resident, on the SMs that wave leaves idle. A convert block waits (acquire) until its pair's counter holds
 // every writer of the pair's key blocks, then converts; its last block waits for the whole pass (griddepcontrol.wait)
-// so that what follows in the stream sees dK and dV too. Session 33, one H100: -1 % on d128 non-causal, at par on
-// the causal shapes, -3.6 % on GPT-OSS's mma 91 config (docs/NOTES.md).
+// so that what follows in the stream sees dK and dV too. Session 33, one H100: -1.3 / -0.5 % on d128 non-causal,
+// -1 % with dq_order 2, -3.6 % on GPT-OSS's mma 91 config, the causal shapes within their noise (docs/NOTES.md).
 //
 // Block order: the grid (key blocks, heads_kv, batch) is walked in sections of tp.unit_group (kv head, batch)
 // pairs, key block 0 of every pair of a section first, then key block 1, ... (ft_section_slot; unit_group 1: one

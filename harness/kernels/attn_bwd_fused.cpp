@@ -152,7 +152,7 @@ class FusedTma final : public GradVariant {
       return "mma 91: min_blocks " + n(mb) + " leaves " + n(entry) + " registers per thread at launch, fewer than the " +
              n(s.head_dim) + " dK, dV accumulators and ~30 others";
     const std::int64_t cap = FtWarpRoleRegs::consumer(consumers, int(mb)), regs = registers(c, s);
-    if (regs > cap && !getenv("FT_NOREGCHECK"))
+    if (regs > cap)
       return "mma 91: about " + n(regs) + " registers per consumer thread needed (" + n(consumers) +
              " consumer warpgroups get " + n(cap) + ")";
     return std::nullopt;
@@ -294,8 +294,8 @@ class AttnBwdFused : public GradStage {
     auto args = arguments(config, p);
     launch_pass(env, args);
     // FtBwdConvert::quads() quads a thread (the kernel's registers allow one or two blocks an SM). mma 91's convert
-    // starts beside the pass (programmatic launch) and converts each row block once its adds are counted complete,
-    // on the SMs the pass's last wave leaves idle.
+    // starts beside the pass (programmatic launch) and converts a (kv head, batch) pair's rows once the pair's dQ
+    // writers have counted their adds complete, on the SMs the pass's last wave leaves idle.
     const std::int64_t quads = acc_rows(s) * s.head_dim / 4, per_block = env.shape.threads_per_block() * FtBwdConvert::quads();
     launch_second_pass(env, args, offsetof(BwdParams, convert),
                        {unsigned((quads + per_block - 1) / per_block), unsigned(s.heads_q), unsigned(s.batch)}, c.mma == 91);
