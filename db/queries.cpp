@@ -54,8 +54,9 @@ constexpr const char* kTrialColumns =
     "CASE WHEN r.gpu_name = '' THEN r.gpu_arch ELSE r.gpu_name END, t.family, t.stage, p.key, c.key, t.status, "
     "t.reason, t.median_ms, t.iqr_ms, t.mean_ms, t.rel_stdev, t.n_samples, t.tflops, t.gbps, t.max_abs_err, "
     "t.tolerance, t.device_bytes, coalesce(t.stopped_early, 0), t.source_hash, t.device_key, r.copy_gbps, "
-    "k.registers, k.spill_store_bytes + k.spill_load_bytes, k.shared_static_bytes, k.compile_ms, p.json, c.json";
-constexpr int kTrialColumnCount = 31;
+    "k.registers, k.spill_store_bytes + k.spill_load_bytes, k.shared_static_bytes, k.compile_ms, p.json, c.json, "
+    "t.sm_clock_mhz, t.power_capped";
+constexpr int kTrialColumnCount = 33;
 constexpr const char* kTrialJoins =
     " FROM trials t JOIN runs r ON r.id = t.run_id JOIN problems p ON p.id = t.problem_id "
     "JOIN configs c ON c.id = t.config_id LEFT JOIN compiles k ON k.id = t.compile_id ";
@@ -93,6 +94,7 @@ TrialRow read_trial(const Stmt& s, ParsedJson& parsed) {
   t.registers = opt_int(s, 25), t.spill_bytes = opt_int(s, 26), t.shared_static_bytes = opt_int(s, 27);
   t.compile_ms = text_layer_real(s, 28);
   t.shape = parsed.problem(s.text(29)), t.tunables = parsed.config(s.text(30));
+  t.sm_clock_mhz = text_layer_real(s, 31), t.power_capped = text_layer_real(s, 32);
   return t;
 }
 

@@ -40,6 +40,9 @@ struct TrialRow {
   /// shared memory [bytes], compile time [ms].
   std::optional<std::int64_t> registers, spill_bytes, shared_static_bytes;
   std::optional<double> compile_ms;
+  /// [MHz] mean SM clock while the samples ran and the fraction [0, 1] of clock polls under the power cap (v7;
+  /// empty when not recorded).
+  std::optional<double> sm_clock_mhz, power_capped;
 
   /// ok, with a median, and measured to the end (not abandoned against an incumbent).
   bool measured() const { return status == "ok" && median_ms.has_value() && !stopped_early; }

@@ -1,4 +1,4 @@
--- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 6), documented.
+-- db/schema.sql: the flashtune database, current schema (PRAGMA user_version = 7), documented.
 -- This file is documentation and a check: a database is built by applying db/migrations/NNN_*.sql in
 -- order (Store does this on open, in one transaction), and tests/db/store_test.cpp checks that the
 -- migrated tables, columns and indexes equal those made by running this file. Edit both together.
@@ -113,7 +113,9 @@ CREATE TABLE trials (
   nan_count       INTEGER,               -- NaN or Inf elements in the output
   created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
   stopped_early   INTEGER,               -- (v2) 1: measurement abandoned against an incumbent
-  device_bytes    INTEGER                -- (v3) [bytes] device memory allocated: inputs, outputs, workspaces
+  device_bytes    INTEGER,               -- (v3) [bytes] device memory allocated: inputs, outputs, workspaces
+  sm_clock_mhz    REAL,                  -- (v7) [MHz] mean SM clock while the samples ran (NVML); NULL unknown
+  power_capped    REAL                   -- (v7) fraction [0, 1] of those clock polls with the power cap active
 );
 CREATE INDEX trials_by_run ON trials (run_id);
 CREATE INDEX trials_for_resume

@@ -314,14 +314,15 @@ std::int64_t Store::record_trial(const TrialRecord& t) {
          "INSERT INTO trials (run_id, experiment_name, family, stage, problem_id, config_id, "
          "source_hash, device_key, status, reason, compile_id, seed, median_ms, iqr_ms, min_ms, "
          "max_ms, mean_ms, rel_stdev, converged, cold, n_samples, samples_json, gbps, tflops, "
-         "max_abs_err, max_rel_err, naive_err, tolerance, nan_count, stopped_early, device_bytes) "
+         "max_abs_err, max_rel_err, naive_err, tolerance, nan_count, stopped_early, device_bytes, sm_clock_mhz, "
+         "power_capped) "
          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, "
-         "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)");
+         "?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)");
   s.bind(1, t.run_id).bind(2, t.experiment_name).bind(3, t.family).bind(4, t.stage)
       .bind(5, problem_id).bind(6, config_id).bind(7, t.source_hash).bind(8, t.device_key)
       .bind(9, std::string(core::to_string(t.result.status))).bind(10, t.result.reason)
       .bind(11, compile_id).bind(12, static_cast<std::int64_t>(t.seed));
-  for (int i = 13; i <= 31; ++i) s.bind_null(i);
+  for (int i = 13; i <= 33; ++i) s.bind_null(i);
   if (t.result.device_bytes > 0) s.bind(31, t.result.device_bytes);
   if (const auto& m = t.result.timing) {
     s.bind(13, m->median_ms).bind(14, m->iqr_ms).bind(15, m->min_ms).bind(16, m->max_ms)
@@ -329,6 +330,8 @@ std::int64_t Store::record_trial(const TrialRecord& t) {
         .bind(21, static_cast<std::int64_t>(m->samples_ms.size()))
         .bind(22, nlohmann::json(m->samples_ms).dump()).bind(23, t.result.gbps)
         .bind(24, t.result.tflops).bind(30, m->stopped_early);
+    if (m->sm_clock_mhz) s.bind(32, *m->sm_clock_mhz);
+    if (m->power_capped) s.bind(33, *m->power_capped);
   }
   if (const auto& v = t.result.validation; v && v->checked) {
     s.bind(25, v->max_abs_err).bind(26, v->max_rel_err).bind(27, v->naive_err)
@@ -400,7 +403,7 @@ std::optional<core::TrialResult> Store::find_trial_result(
     const std::string& device_key) const {
   Stmt s(m_impl->db,
          "SELECT t.status, t.reason, t.median_ms, t.iqr_ms, t.min_ms, t.max_ms, t.mean_ms, t.rel_stdev, "
-         "t.converged, t.cold, t.samples_json, t.gbps, t.tflops, t.stopped_early FROM trials t "
+         "t.converged, t.cold, t.samples_json, t.gbps, t.tflops, t.stopped_early, t.sm_clock_mhz, t.power_capped FROM trials t "
          "JOIN problems p ON p.id = t.problem_id JOIN configs c ON c.id = t.config_id "
          "WHERE t.experiment_name = ?1 AND t.stage = ?2 AND t.family = ?3 AND p.family = ?3 "
          "AND p.key = ?4 AND c.family = ?3 AND c.key = ?5 AND t.source_hash = ?6 "
@@ -420,6 +423,8 @@ std::optional<core::TrialResult> Store::find_trial_result(
     m.mean_ms = s.real(6), m.rel_stdev = s.real(7);
     m.converged = s.int64(8) != 0, m.cold = s.int64(9) != 0, m.stopped_early = s.int64(13) != 0;
     if (!s.is_null(10)) m.samples_ms = nlohmann::json::parse(s.text(10)).get<std::vector<double>>();
+    if (!s.is_null(14)) m.sm_clock_mhz = s.real(14);
+    if (!s.is_null(15)) m.power_capped = s.real(15);
     r.timing = m;
     r.gbps = s.real(11), r.tflops = s.real(12);
   }

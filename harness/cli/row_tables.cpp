@@ -31,12 +31,13 @@ Table runs_table(const std::vector<db::RunRow>& runs) {
 
 Table trials_table(const std::vector<db::TrialRow>& trials) {
   Table out{{"id", "family", "stage", "problem", "config", "status", "reason", "median_ms", "iqr_ms", "gbps", "tflops",
-             "max_abs_err", "registers", "spill_bytes", "shared_static_bytes", "compile_ms"},
+             "max_abs_err", "registers", "spill_bytes", "shared_static_bytes", "compile_ms", "sm_mhz", "power_capped"},
             {}};
   for (const auto& t : trials)
     out.rows.push_back({std::to_string(t.trial_id), t.family, t.stage, t.problem, t.config, t.status, t.reason,
                         num(t.median_ms), num(t.iqr_ms), num(t.gbps), num(t.tflops), num(t.max_abs_err, 3),
-                        integer(t.registers), integer(t.spill_bytes), integer(t.shared_static_bytes), num(t.compile_ms)});
+                        integer(t.registers), integer(t.spill_bytes), integer(t.shared_static_bytes), num(t.compile_ms),
+                        num(t.sm_clock_mhz), num(t.power_capped)});
   return out;
 }
 

@@ -103,6 +103,9 @@ struct Timing {
   bool converged = false; ///< the noise target was reached before the budget ran out
   bool cold = true;       ///< L2 flushed before each sample
   bool stopped_early = false; ///< measurement abandoned against an incumbent (tuner early exit)
+  /// While the samples ran (NVML polled every 2 ms; nullopt without NVML): the mean SM clock [MHz] and the
+  /// fraction [0, 1] of polls with the power cap holding the clock down (SW power cap or HW power brake).
+  std::optional<double> sm_clock_mhz, power_capped;
 };
 
 struct Validation {

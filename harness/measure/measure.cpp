@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/cuda/check.hpp"
+#include "harness/cuda/clocks.hpp"
 #include "harness/cuda/driver.hpp"
 #include "harness/measure/stats.hpp"
 
@@ -29,7 +30,8 @@ void L2Flusher::flush(CUstream stream) {
 
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
                      const core::MeasureSettings& s, L2Flusher* flusher, std::optional<EarlyExit> early_exit,
-                     const Watchdog* watchdog, const std::function<void(CUstream)>& prepare) {
+                     const Watchdog* watchdog, const std::function<void(CUstream)>& prepare,
+                     const cuda::ClockProbe* clocks) {
   using Clock = std::chrono::steady_clock;
   const auto wall_start = Clock::now();
   const CUstream st = stream.get();
@@ -69,6 +71,8 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   double total_ms = 0;
   int batch = 1;  // the first sample alone tells how long the kernel takes
   bool converged = false, stopped_early = false;
+  std::optional<cuda::ClockSampler> sampler;
+  if (clocks) sampler.emplace(*clocks);
 
   while (true) {
     const int k = std::min(batch, max_samples - static_cast<int>(samples.size()));
@@ -105,6 +109,8 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   }
 
   core::Timing t = summarize(std::move(samples));
+  if (sampler)
+    if (const auto c = sampler->stop()) t.sm_clock_mhz = c->sm_mhz, t.power_capped = c->power_capped;
   t.converged = converged;
   t.cold = flusher != nullptr;
   t.stopped_early = stopped_early;

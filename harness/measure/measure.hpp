@@ -11,6 +11,7 @@
 
 #include "harness/core/types.hpp"
 #include "harness/cuda/buffer.hpp"
+#include "harness/cuda/clocks.hpp"
 #include "harness/cuda/stream.hpp"
 #include "harness/measure/watchdog.hpp"
 
@@ -48,10 +49,11 @@ struct EarlyExit {
 /// blocking: a launch that never completes reaches the watchdog's OnTimeout, or throws KernelTimeout.
 /// With `prepare`, it is enqueued before every launch (warm-up and samples), ahead of the flush and outside
 /// the events: untimed setup such as zeroing an accumulator the launch adds into.
+/// With `clocks`, the SM clock is polled from the first sample to the last (Timing::sm_clock_mhz, power_capped).
 core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& stream,
                      const core::MeasureSettings& s, L2Flusher* flusher /* nullptr = hot */,
                      std::optional<EarlyExit> early_exit = std::nullopt, const Watchdog* watchdog = nullptr,
-                     const std::function<void(CUstream)>& prepare = {});
+                     const std::function<void(CUstream)>& prepare = {}, const cuda::ClockProbe* clocks = nullptr);
 
 /// [GB/s] device-to-device copy bandwidth: cuMemcpyDtoDAsync of `bytes` [bytes], after warm-up, median
 /// over `reps` event-timed copies, counted as 2 * bytes (read + write) / time, 1 GB = 1e9 bytes.

@@ -254,6 +254,10 @@ std::string ProblemSearch::describe(const core::TrialResult& r) const {
       s += "  stopped early (> " + fixed(m_early_exit->factor, 2) + " x the best, " + fixed(m_early_exit->incumbent_ms * 1000, 2) + " us)";
     if (m_env.summary.copy_gbps > 0) s += " (" + fixed(100 * r.gbps / m_env.summary.copy_gbps, 1) + "% of copy)";
     if (r.tflops >= 0.1) s += "  " + fixed(r.tflops, 1) + " TFLOP/s";
+    if (r.timing->sm_clock_mhz) {  // the clock the samples ran at, and how often the power cap held it down
+      s += "  " + fixed(*r.timing->sm_clock_mhz, 0) + " MHz";
+      if (r.timing->power_capped && *r.timing->power_capped > 0) s += " (power cap " + fixed(100 * *r.timing->power_capped, 0) + "%)";
+    }
     if (r.validation) {
       char err[32];
       std::snprintf(err, sizeof err, "%.2e", r.validation->max_abs_err);

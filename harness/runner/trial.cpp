@@ -94,7 +94,7 @@ void launch_and_measure(const TrialSpec& t, const kernels::LaunchShape& shape, c
     }
   }
   r.timing = measure::measure(launch.run, g.session.stream, g.measure, g.measure.cold ? &g.session.flusher : nullptr,
-                              g.early_exit, g.watchdog, launch.prepare);
+                              g.early_exit, g.watchdog, launch.prepare, g.session.clocks.get());
   const double seconds = r.timing->median_ms * 1e-3;
   r.gbps = t.family.bytes_moved(t.problem) / seconds * 1e-9;
   r.tflops = t.family.flops(t.problem) / seconds * 1e-12;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,8 +51,11 @@ struct GpuSession {
   cuda::Context ctx;
   cuda::Stream stream;
   measure::L2Flusher flusher;
+  /// The SM clock and power-cap state while samples run (NVML); nullptr without NVML (no clock recorded).
+  std::unique_ptr<cuda::ClockProbe> clocks;
 
-  explicit GpuSession(int device) : info(cuda::query_device(device)), ctx(device), stream(), flusher(info.l2_bytes) {}
+  explicit GpuSession(int device)
+      : info(cuda::query_device(device)), ctx(device), stream(), flusher(info.l2_bytes), clocks(cuda::ClockProbe::open(info.uuid)) {}
 };
 
 /// Why compiled (or loaded) resources make a launch of shape `s` unrunnable on the device: registers x threads

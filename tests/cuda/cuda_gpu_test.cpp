@@ -248,6 +248,37 @@ TEST_F(CudaGpu, MeasureCollectsSamplesAndHonoursItsStoppingRules) {
   EXPECT_EQ(launches, 5);  // warmup 0, warmup_s 0: the samples only
 }
 
+// NVML knows the device the driver gives (by UUID), its SM clock reads in a plausible range, and measure() records
+// the clock its samples ran at when given the probe (issue 21, session 34: trials record their clock).
+TEST_F(CudaGpu, ClockProbeReadsTheSmClockWhileSamplesRun) {
+  std::string why;
+  const auto probe = cuda::ClockProbe::open(m_info.uuid, &why);
+  ASSERT_TRUE(probe) << why;
+  const auto p = probe->poll();
+  ASSERT_TRUE(p);
+  EXPECT_GT(p->sm_mhz, 100u);
+  EXPECT_LT(p->sm_mhz, 5000u);
+  const Kernel k = load("spin");
+  cuda::DeviceBuffer done(sizeof(int));
+  cuda::Stream stream;
+  core::MeasureSettings s;
+  s.warmup = 1;
+  s.min_samples = s.max_samples = 20;
+  s.noise_target = 0;
+  s.max_time_s = 30;
+  const core::Timing t = measure::measure([&](CUstream st) { launch_spin(k, st, 4'000'000, done); }, stream, s, nullptr,
+                                          std::nullopt, nullptr, {}, probe.get());  // ~40 ms of samples
+  ASSERT_TRUE(t.sm_clock_mhz && t.power_capped);
+  EXPECT_GT(*t.sm_clock_mhz, 100.0);
+  EXPECT_LT(*t.sm_clock_mhz, 5000.0);
+  EXPECT_GE(*t.power_capped, 0.0);
+  EXPECT_LE(*t.power_capped, 1.0);
+  std::printf("spin kernel: SM clock %.0f MHz while sampled, power cap active in %.0f %% of the polls\n", *t.sm_clock_mhz,
+              100 * *t.power_capped);
+  const core::Timing without = measure::measure([&](CUstream st) { launch_spin(k, st, 20'000, done); }, stream, s, nullptr);
+  EXPECT_FALSE(without.sm_clock_mhz);  // no probe, no clock
+}
+
 TEST_F(CudaGpu, CopyBandwidthIsPositiveAndPlausible) {
   cuda::Stream stream;
   const double gbps = measure::copy_bandwidth_gbps(std::int64_t(256) << 20, stream, 10);

@@ -831,12 +831,32 @@ TEST_F(StoreTest, FindTrialResultGivesTheRecordedTimeBackForResume) {
   EXPECT_TRUE(ok->timing->converged);
   EXPECT_FALSE(ok->timing->stopped_early);
   EXPECT_DOUBLE_EQ(ok->gbps, 100.0 / 0.25);
+  EXPECT_FALSE(ok->timing->sm_clock_mhz);  // recorded without a clock: NULL, read back as unknown
+  EXPECT_FALSE(ok->timing->power_capped);
   const auto compiled = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
                                                 config(128).key(), "src1", "h100-sm_90a");
   ASSERT_TRUE(compiled);
   EXPECT_EQ(compiled->status, core::TrialStatus::compiled);
   EXPECT_FALSE(compiled->timing);
   EXPECT_EQ(compiled->reason, "because compiled");
+}
+
+// The SM clock and power-cap fraction a trial's samples ran at (v7) are stored and read back with its time.
+TEST_F(StoreTest, TrialClocksRoundTrip) {
+  Store store(db_path());
+  const auto run = store.begin_run(run_info());
+  auto t = trial(run, config(256), core::TrialStatus::ok, 0.25);
+  t.result.timing->sm_clock_mhz = 1722.5;
+  t.result.timing->power_capped = 0.8;
+  store.record_trial(t);
+  const auto back = store.find_trial_result("weighted_row_sum_sweep", "fwd", "weighted_row_sum", problem().key(),
+                                            config(256).key(), "src1", "h100-sm_90a");
+  ASSERT_TRUE(back && back->timing);
+  ASSERT_TRUE(back->timing->sm_clock_mhz && back->timing->power_capped);
+  EXPECT_DOUBLE_EQ(*back->timing->sm_clock_mhz, 1722.5);
+  EXPECT_DOUBLE_EQ(*back->timing->power_capped, 0.8);
+  EXPECT_EQ(store.sql("SELECT sm_clock_mhz, power_capped FROM trials").rows.at(0),
+            (std::vector<std::string>{"1722.5", "0.8"}));
 }
 
 // ---------------------------------------------------------------------------------------------
