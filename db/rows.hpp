@@ -69,6 +69,7 @@ struct PeerRow {
   std::optional<double> median_ms, rel_stdev, tflops, max_abs_err, tolerance;  // [ms] [TFLOP/s]
   std::int64_t n_samples = 0;
   std::optional<std::int64_t> device_bytes;  ///< [bytes]
+  std::optional<double> sm_clock_mhz, power_capped;  ///< (v7) [MHz] and [0, 1], as TrialRow's; empty when not recorded
   bool measured() const { return status == "ok" && median_ms.has_value(); }
 };
 

@@ -190,6 +190,8 @@ CREATE TABLE peer_trials (
   nan_count       INTEGER,               -- NaN or Inf elements in the peer's output
   checked_output  TEXT    NOT NULL DEFAULT '',  -- o | dq | dk | dv | dsinks: the output the error numbers are of
   device_bytes    INTEGER,               -- [bytes] device memory the timed call allocated beyond its inputs
-  created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))  -- [UTC]
+  created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),  -- [UTC]
+  sm_clock_mhz    REAL,                  -- (v7) [MHz] mean SM clock while the samples ran (NVML); NULL unknown
+  power_capped    REAL                   -- (v7) fraction [0, 1] of those clock polls with the power cap active
 );
 CREATE INDEX peer_trials_by_run ON peer_trials (run_id);

@@ -131,12 +131,20 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
   for (const auto& [key, stage] : stage_winners(trials)) {
     AttentionBest b;
     b.shape = stage.begin()->second.shape;  // every winner of the problem has it
-    if (const auto it = stage.find("attn_fwd"); it != stage.end()) b.fwd_ms = it->second.median_ms;
-    const auto sum = backward_sum(has_learned_sinks(b.shape), [&](const std::string& f) {
+    if (const auto it = stage.find("attn_fwd"); it != stage.end())
+      b.fwd_ms = it->second.median_ms, b.fwd_mhz = it->second.sm_clock_mhz;
+    const auto winner = [&](const std::string& f) {
       const auto it = stage.find(f);
       return it == stage.end() ? nullptr : &it->second;
-    });
-    if (sum) b.bwd_ms = sum->ms;
+    };
+    const auto sum = backward_sum(has_learned_sinks(b.shape), winner);
+    if (sum) {
+      b.bwd_ms = sum->ms;
+      const TrialRow* longest = nullptr;
+      for (const auto& f : sum->families)
+        if (const TrialRow* t = winner(f); t && (!longest || t->median_ms > longest->median_ms)) longest = t;
+      if (longest) b.bwd_mhz = longest->sm_clock_mhz;
+    }
     if (b.fwd_ms || b.bwd_ms) out[key] = b;
   }
   return out;
@@ -146,18 +154,20 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
 Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers) {
   const auto best = attention_best(trials);
   Table out{{"problem", "gpu", "pass", "peer", "library", "status", "peer_ms", "flashtune_ms", "speedup", "peer_tflops",
-             "flashtune_tflops", "max_abs_err", "tolerance", "reason"},
+             "flashtune_tflops", "max_abs_err", "tolerance", "reason", "peer_mhz", "flashtune_mhz"},
             {}};
   for (const auto& p : latest_peers(peers)) {
-    std::optional<double> ours;
-    if (const auto it = best.find({p.problem, p.gpu}); it != best.end())
+    std::optional<double> ours, our_mhz;
+    if (const auto it = best.find({p.problem, p.gpu}); it != best.end()) {
       ours = p.pass == "fwd" ? it->second.fwd_ms : it->second.bwd_ms;
+      our_mhz = p.pass == "fwd" ? it->second.fwd_mhz : it->second.bwd_mhz;
+    }
     std::optional<double> speedup, our_tflops;
     if (ours && p.measured()) speedup = *p.median_ms / *ours;
     if (ours) our_tflops = attention_tflops(p.shape, p.pass, *ours);
     out.rows.push_back({p.problem, p.gpu, p.pass, p.peer, p.library, p.status, num(p.median_ms, 5), num(ours, 5),
                         num(speedup, 3), num(p.tflops, 4), num(our_tflops, 4), num(p.max_abs_err, 3),
-                        num(p.tolerance, 3), p.reason});
+                        num(p.tolerance, 3), p.reason, num(p.sm_clock_mhz, 4), num(our_mhz, 4)});
   }
   return out;
 }

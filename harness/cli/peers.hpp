@@ -72,12 +72,14 @@ double attention_tflops(core::Problem problem, const std::string& pass, double m
 struct AttentionBest {
   core::Problem shape;  ///< the problem the key names
   std::optional<double> fwd_ms, bwd_ms;
+  /// [MHz] the SM clock its trial recorded: the forward's, the backward's longest stage's (empty when not recorded).
+  std::optional<double> fwd_mhz, bwd_mhz;
 };
 std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(const std::vector<TrialRow>& trials);
 
 /// One row per peer measurement: problem, gpu, pass, peer, library, status, peer_ms, flashtune_ms, speedup
 /// (peer_ms / flashtune_ms: > 1 means flashtune is faster), the two TFLOP/s, the peer's error and tolerance,
-/// reason. Peers' latest measurement per (problem, gpu, pass, peer) counts.
+/// reason, the SM clocks the two ran at (the peer's samples; flashtune's trial, the backward's longest stage's). Peers' latest measurement per (problem, gpu, pass, peer) counts.
 Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers);
 
 /// `flashtune peers EXPERIMENT.yaml [options]`: args are the words after "peers". Exit statuses as run_cli's.

@@ -133,6 +133,9 @@ PeerResults parse_peer_results(const nlohmann::json& result, const std::vector<P
       t.rel_stdev = number_or_nan(*it, "rel_stdev", w);
       t.converged = it->value("converged", false);
       t.cold = it->value("cold", true);
+      // The SM clock while the samples ran and the power cap's share of its polls (optional: NVML may be missing).
+      for (const auto& [key, out] : {std::pair{"sm_clock_mhz", &t.sm_clock_mhz}, std::pair{"power_capped", &t.power_capped}})
+        if (const auto c = it->find(key); c != it->end() && c->is_number()) *out = c->get<double>();
       if (!(t.median_ms > 0)) throw core::UserError(w + ": median_ms " + std::to_string(t.median_ms) + " is not positive");
       rec.tflops = attention_tflops(rec.problem, rec.pass, t.median_ms);
       rec.timing = std::move(t);

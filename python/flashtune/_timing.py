@@ -6,6 +6,7 @@ harness/measure/stats.cpp. The settings and statistics are pure Python (tested o
 torch when called.
 """
 import math
+import threading
 import time
 from dataclasses import dataclass, fields
 
@@ -111,6 +112,75 @@ def next_batch(samples_ms):
     return min(max(int(BATCH_TARGET_MS / max(mean, 1e-3)), 1), MAX_BATCH)
 
 
+POWER_CAP_REASONS = 0x4 | 0x80  # NVML clock-event reasons: SW power cap, HW power brake (harness/cuda/clocks.hpp)
+
+
+def summarize_polls(polls):
+    """harness/cuda/clocks.cpp summarize_polls(): of (sm_mhz, reasons) polls, {"sm_clock_mhz": the mean SM clock
+    [MHz], "power_capped": the share [0, 1] of polls with a power-cap reason}; {} without polls."""
+    if not polls:
+        return {}
+    n = len(polls)
+    return {"sm_clock_mhz": sum(m for m, _ in polls) / n,
+            "power_capped": sum(1 for _, r in polls if r & POWER_CAP_REASONS) / n}
+
+
+class ClockProbe:
+    """The SM clock and clock-event reasons of one GPU through NVML (libnvidia-ml.so.1 by ctypes), as the harness's
+    ClockProbe. open() returns None where NVML is missing or does not know the GPU."""
+
+    @classmethod
+    def open(cls, uuid):
+        import ctypes
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                lib.nvmlDeviceGetCurrentClocksThrottleReasons
+            if lib.nvmlInit_v2() != 0:
+                return None
+            device = ctypes.c_void_p()
+            name = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+            if lib.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(device)) != 0:
+                lib.nvmlShutdown()
+                return None
+        except (OSError, AttributeError):
+            return None
+        probe = cls()
+        probe._ctypes, probe._lib, probe._device, probe._reasons = ctypes, lib, device, reasons
+        return probe
+
+    def poll(self):
+        """(sm_mhz, reasons), or None when NVML does not answer."""
+        mhz, reasons = self._ctypes.c_uint(), self._ctypes.c_ulonglong()
+        if self._lib.nvmlDeviceGetClockInfo(self._device, 1, self._ctypes.byref(mhz)) != 0:  # 1: NVML_CLOCK_SM
+            return None
+        if self._reasons(self._device, self._ctypes.byref(reasons)) != 0:
+            return None
+        return mhz.value, reasons.value
+
+
+class ClockSampler:
+    """Polls a ClockProbe every `period_s` on a thread of its own until stop(), which summarizes the polls."""
+
+    def __init__(self, probe, period_s=0.002):
+        self._probe, self._period, self._polls = probe, period_s, []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._done.is_set():
+            p = self._probe.poll()
+            if p is not None:
+                self._polls.append(p)
+            self._done.wait(self._period)
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
+        return summarize_polls(self._polls)
+
+
 class L2Flusher:
     """Evicts the L2 cache by writing a buffer of twice its size (a new value each time) on the current stream."""
 
@@ -125,11 +195,12 @@ class L2Flusher:
         self.buffer.fill_(self.value)
 
 
-def measure(launch, s, flusher=None):
+def measure(launch, s, flusher=None, clocks=None):
     """Times `launch()` (it must enqueue exactly the work to time on the current stream) as measure.cpp does:
     s.warmup untimed launches (each after a flush when cold), more for s.warmup_s of kernel time, then samples,
     each between its own pair of CUDA events, a flush before each start event with `flusher` (cold); stops on
-    stop_reason(). Returns summarize()'s dict plus "converged" and "cold"."""
+    stop_reason(). Returns summarize()'s dict plus "converged" and "cold", and with `clocks` (a ClockProbe) the
+    SM clock polled while the samples ran ("sm_clock_mhz", "power_capped": summarize_polls())."""
     import torch
     wall0 = time.perf_counter()
     max_samples = max(1, s.max_samples)
@@ -160,6 +231,7 @@ def measure(launch, s, flusher=None):
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(MAX_BATCH)]
     samples = []
     batch = 1  # the first sample alone tells how long the call takes
+    sampler = ClockSampler(clocks) if clocks is not None else None
     while True:
         k = min(batch, max_samples - len(samples))
         for i in range(k):
@@ -175,6 +247,8 @@ def measure(launch, s, flusher=None):
             break
         batch = next_batch(samples)
     t = summarize(samples)
+    if sampler is not None:
+        t.update(sampler.stop())
     t["converged"] = reason == "converged"
     t["cold"] = flusher is not None
     return t

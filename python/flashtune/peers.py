@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import _reference as ref
-from ._timing import L2Flusher, MeasureSettings, measure
+from ._timing import ClockProbe, L2Flusher, MeasureSettings, measure
 
 VERSION = 1                   # of the job and result JSON
 PEERS = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "fa4")
@@ -492,7 +492,7 @@ class _tf32_mode:
         return False
 
 
-def run_pass(peer, shape, inputs, pass_name, settings, flusher, output_hook=None):
+def run_pass(peer, shape, inputs, pass_name, settings, flusher, output_hook=None, clocks=None):
     """(timing, validation, device_bytes) of one pass, or raises WrongResult / the peer's exception.
     fwd: peer.forward() on inputs that require grad (the training forward, which keeps what the backward needs,
     as flashtune's forward writes O and LSE). bwd: torch.autograd.grad(O, inputs, dO, retain_graph=True) from one
@@ -534,7 +534,7 @@ def run_pass(peer, shape, inputs, pass_name, settings, flusher, output_hook=None
         raise WrongResult(validation)
     with _tf32_mode(shape.tf32):
         nbytes = device_bytes_of(call)
-        timing = measure(call, settings, flusher)
+        timing = measure(call, settings, flusher, clocks)
     return timing, validation, nbytes
 
 
@@ -643,6 +643,7 @@ def run_job(job, out_path, output_hook=None):
     write_result(out_path, result)
     device = "cuda"
     flusher = L2Flusher(gpu["l2_bytes"], device) if job.measure.mode == "cold" else None
+    clocks = ClockProbe.open(gpu["uuid"]) if gpu["uuid"] else None  # None without NVML: no clock recorded
     peers = [make_peer(name) for name in job.peers]
     total = sum(1 for p in job.problems for peer in peers for s in p.passes if (p.index, peer.name, s) not in job.skip)
     done = 0
@@ -685,7 +686,7 @@ def run_job(job, out_path, output_hook=None):
                         try:
                             inputs = ref.make_inputs(shape, seed, device)
                             timing, validation, nbytes = run_pass(peer, shape, inputs, pass_name, job.measure,
-                                                                  flusher, output_hook)
+                                                                  flusher, output_hook, clocks)
                             entry.update(timing=timing, validation=validation, device_bytes=nbytes)
                         except WrongResult as w:
                             entry.update(status="wrong_result", validation=w.validation,

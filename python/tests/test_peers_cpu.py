@@ -243,6 +243,16 @@ class Stats(unittest.TestCase):
         self.assertEqual(timing.next_batch([5.0]), 1)
         self.assertEqual(timing.next_batch([0.5]), 4)
 
+    def test_clock_polls_summary(self):
+        self.assertEqual(timing.summarize_polls([]), {})
+        # 0x4 SW power cap, 0x80 HW power brake: capped; 0x1 idle, 0x20 SW thermal: not the power cap.
+        c = timing.summarize_polls([(1980, 0x1), (1650, 0x4), (1700, 0x24), (1690, 0x80), (1800, 0x20)])
+        self.assertAlmostEqual(c["sm_clock_mhz"], (1980 + 1650 + 1700 + 1690 + 1800) / 5)
+        self.assertAlmostEqual(c["power_capped"], 3 / 5)
+
+    def test_clock_probe_of_an_unknown_gpu_is_none(self):
+        self.assertIsNone(timing.ClockProbe.open("GPU-00000000-0000-0000-0000-000000000000"))
+
     def test_settings_from_json(self):
         s = timing.MeasureSettings.from_json({"mode": "hot", "warmup_s": 1, "max_samples": 20})
         self.assertEqual((s.mode, s.warmup_s, s.max_samples, s.min_samples), ("hot", 1.0, 20, 10))

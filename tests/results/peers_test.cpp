@@ -76,6 +76,38 @@ TEST_F(PeersTest, QueryPeersSetsTheLatestOfEachBesideFlashtunesBest) {
   EXPECT_NE(none.out.find("no peer measurements of experiment 'other_experiment'"), std::string::npos) << none.out;
 }
 
+// The clocks beside the times: the peer's (its samples), and flashtune's backward's longest stage's (here the fused pass
+// at 1673 MHz, not the preprocess at 1980), both as recorded by their trials (schema v7).
+TEST_F(PeersTest, QueryPeersShowsTheClocksBothRanAt) {
+  {
+    db::Store store(db);
+    const auto run = begin_fixture_run(store, "clocks");
+    const auto p = attn_problem(2048, 0);
+    auto pre = make_trial(run, "attn_bwd_preprocess", p, flashtune::core::Config{{{"block_m", 64}, {"num_warps", 4}}},
+                          TrialStatus::ok, 0.05);
+    pre.result.timing->sm_clock_mhz = 1980, pre.result.timing->power_capped = 0;
+    auto fused = make_trial(run, "attn_bwd_fused", p, attn_config(64, 128, 8), TrialStatus::ok, 4.9);
+    fused.result.timing->sm_clock_mhz = 1673, fused.result.timing->power_capped = 1;
+    pre.experiment_name = fused.experiment_name = "clocks";
+    store.record_trial(pre);
+    store.record_trial(fused);
+    db::PeerRecord r;
+    r.run_id = run, r.experiment_name = "clocks", r.peer = "sdpa_cudnn", r.library = "torch", r.pass = "bwd";
+    r.problem = p, r.device_key = "NVIDIA H200", r.status = "ok";
+    flashtune::core::Timing t;
+    t.samples_ms = {5.2, 5.2, 5.2};
+    t.median_ms = t.mean_ms = t.min_ms = t.max_ms = 5.2;
+    t.sm_clock_mhz = 1683, t.power_capped = 1;
+    r.timing = t;
+    store.record_peer_trial(r);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("query peers clocks --format csv --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("NVIDIA H200,bwd,sdpa_cudnn,torch,ok,5.2,4.95,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(",1683,1673\n"), std::string::npos) << r.out;
+}
+
 TEST_F(PeersTest, GradeCourseCsvAndReportShowPeersAndExportIgnoresThem) {
   const auto json_before = run_cli("export --format json --db " + db, false);
   const auto course_before = run_cli("export --format course-attention -o " + (tmp.dir / "before.csv").string() + " --db " + db);
@@ -158,7 +190,10 @@ struct PeersCommand : ::testing::Test {
 };
 
 TEST_F(PeersCommand, WritesTheJobRunsTheChildAndRecordsItsResult) {
-  const auto py = fake_python(result(ok_entry(0, "fwd") + "," + ok_entry(0, "bwd") +
+  // The backward's timing carries the SM clock its samples ran at (the peers' NVML probe; optional).
+  std::string bwd = ok_entry(0, "bwd");
+  bwd.replace(bwd.find(R"("cold": true})"), 13, R"("cold": true, "sm_clock_mhz": 1683.5, "power_capped": 1})");
+  const auto py = fake_python(result(ok_entry(0, "fwd") + "," + bwd +
                                      R"(, {"index": 1, "peer": "flex", "pass": "bwd", "status": "unsupported",
                                           "reason": "GQA backward", "timing": null, "validation": null})"
                                      R"(, {"index": 1, "peer": "fa4", "pass": "bwd", "status": "wrong_result",
@@ -186,6 +221,10 @@ TEST_F(PeersCommand, WritesTheJobRunsTheChildAndRecordsItsResult) {
   ASSERT_TRUE(rows[0].tflops);
   EXPECT_NEAR(*rows[0].tflops, 4.0 * 64 * 32896 * 16 / (0.11 * 1e9), 1e-9);
   EXPECT_NEAR(*rows[1].tflops, 2.5 * *rows[0].tflops, 1e-9);
+  EXPECT_FALSE(rows[0].sm_clock_mhz) << "no clock in the result: NULL";
+  ASSERT_TRUE(rows[1].sm_clock_mhz && rows[1].power_capped);
+  EXPECT_DOUBLE_EQ(*rows[1].sm_clock_mhz, 1683.5);
+  EXPECT_DOUBLE_EQ(*rows[1].power_capped, 1.0);
   EXPECT_EQ(rows[2].status, "unsupported");
   EXPECT_EQ(rows[3].status, "wrong_result");
   EXPECT_FALSE(rows[3].max_abs_err) << "a null (non-finite) error is stored as NULL";
