@@ -46,8 +46,10 @@ studies:
   db::Store store(opts.db_path);
   EXPECT_GT(count(store, "status = 'ok'"), 100);
   const auto bad = store.sql(
-      "SELECT t.status, t.reason FROM trials t WHERE t.status NOT IN ('ok', 'invalid_config') LIMIT 5");
-  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << ": " << row[1];
+      "SELECT t.status, t.reason, t.family, p.key, c.key, t.seed FROM trials t JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id WHERE t.status NOT IN ('ok', 'invalid_config') LIMIT 5");
+  for (const auto& row : bad.rows)
+    ADD_FAILURE() << row[0] << ": " << row[1] << " (" << row[2] << " " << row[3] << " " << row[4] << ", seed " << row[5] << ")";
   EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
 }
 
