@@ -329,9 +329,7 @@ std::int64_t Store::record_trial(const TrialRecord& t) {
         .bind(17, m->mean_ms).bind(18, m->rel_stdev).bind(19, m->converged).bind(20, m->cold)
         .bind(21, static_cast<std::int64_t>(m->samples_ms.size()))
         .bind(22, nlohmann::json(m->samples_ms).dump()).bind(23, t.result.gbps)
-        .bind(24, t.result.tflops).bind(30, m->stopped_early);
-    if (m->sm_clock_mhz) s.bind(32, *m->sm_clock_mhz);
-    if (m->power_capped) s.bind(33, *m->power_capped);
+        .bind(24, t.result.tflops).bind(30, m->stopped_early).bind(32, m->sm_clock_mhz).bind(33, m->power_capped);
   }
   if (const auto& v = t.result.validation; v && v->checked) {
     s.bind(25, v->max_abs_err).bind(26, v->max_rel_err).bind(27, v->naive_err)

@@ -79,7 +79,8 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
 
 /// One row per peer measurement: problem, gpu, pass, peer, library, status, peer_ms, flashtune_ms, speedup
 /// (peer_ms / flashtune_ms: > 1 means flashtune is faster), the two TFLOP/s, the peer's error and tolerance,
-/// reason, the SM clocks the two ran at (the peer's samples; flashtune's trial, the backward's longest stage's). Peers' latest measurement per (problem, gpu, pass, peer) counts.
+/// reason, the SM clocks the two ran at (the peer's samples; flashtune's trial, the backward's longest stage's).
+/// Peers' latest measurement per (problem, gpu, pass, peer) counts.
 Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::PeerRow>& peers);
 
 /// `flashtune peers EXPERIMENT.yaml [options]`: args are the words after "peers". Exit statuses as run_cli's.
