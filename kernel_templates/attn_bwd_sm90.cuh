@@ -88,7 +88,7 @@ __device__ __forceinline__ void ft_attn_bwd_wgmma(const T* __restrict__ q, const
   const unsigned char* stage_base = ft_smem_dkdv90 + (smem_stages - smem_raw);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wg = warp / 4;
+  const int wg = ft_warp_uniform(warp / 4);
   const int g = lane / 4, t4 = lane % 4;
   const int h_kv = blockIdx.y, b = blockIdx.z;
   const int group = heads_q / heads_kv;

@@ -251,7 +251,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, 1)
     }
   } else {
     if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();
-    const int w = wg - 1;
+    const int w = ft_warp_uniform(wg - 1);
     const int g = lane / 4, t4 = lane % 4;
     const int row = (warp % 4) * 16 + g;  // this thread's key rows of its tile (and row + 8); query rows of dQ
     const float scale_log2 = p.scale * 1.4426950408889634f;

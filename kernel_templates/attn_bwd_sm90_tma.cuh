@@ -294,7 +294,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     }
   } else {
     if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;
+    const int cw = ft_warp_uniform(wg - 1);
     const int g = lane / 4, t4 = lane % 4;
     const unsigned k_wg = smem_k + unsigned(cw * 64 * 128);  // this warpgroup's 64 keys in every K / V slab
     const unsigned v_wg = smem_v + unsigned(cw * 64 * 128);

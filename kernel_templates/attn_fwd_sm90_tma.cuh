@@ -174,6 +174,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     // A consumer: warpgroup cw owns block rows [64 cw, 64 cw + 64); this thread rows lr0 and lr0 + 8, i.e. queries
     // packed.query(lr0 + 8 r) of heads packed.head(lr0 + 8 r).
     if constexpr (kRealloc) ft_setmaxnreg_inc<kConsumerRegs>();
+    // Not ft_warp_uniform (the backward kernels' form): here it moved the Q descriptors into uniform registers and
+    // ptxas then spilled 4-6 reloads into the tile loop of the d128 persistent 3 and d64 block_m 192 configs
+    // (session 35, compile only); as a per-thread value the loop spills nothing.
     const int cw = wg - 1;
     const int g = lane / 4, t4 = lane % 4;
     const int lr0 = cw * 64 + (warp % 4) * 16 + g;

@@ -19,6 +19,21 @@ __device__ __forceinline__ void ft_fence_regs(float* r) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// x, which must be equal on every lane of the warp (a warp or warpgroup index), as lane 0's: the compiler then
+// knows it is warp-uniform and keeps what is derived from it (shared-memory addresses, wgmma descriptors) in uniform
+// registers, instead of per-thread registers moved over by R2UR before each wgmma (CUTLASS's
+// canonical_warp_group_idx does the same).
+__device__ __forceinline__ int ft_warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
+// x through an opaque move: a chain's base address taken so is computed where the chain is issued, every item,
+// instead of being hoisted out of the item loop per step into registers that stay live across it (session 35: the
+// S^T / dP^T chains' 16 hoisted K / V descriptors of the TMA backward sat in per-thread registers).
+__device__ __forceinline__ unsigned ft_opaque_u32(unsigned x) {
+  unsigned y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets.
 // K-major operands: stride = 1024 (8 rows of 128 bytes), leading unused (1). N-major: leading = bytes
 // between 64-column slabs, stride = 1024 (8 rows along K).
@@ -28,8 +43,12 @@ __device__ __forceinline__ unsigned long long ft_wgmma_desc(unsigned addr, unsig
 }
 // The descriptor of the address `bytes` (a multiple of 16) past desc's: the start address field (bits 0-13, address /
 // 16) plus bytes / 16, with no carry out of the field while both addresses lie in shared memory (below 256 KiB).
+// A 32-bit add on the low word (the high word, stride and swizzle, is shared): a product's chain builds its base
+// descriptors once and steps them by constants, one uniform add per wgmma, instead of masking and shifting every
+// step's address (session 35: ~5-9 instructions a wgmma, some through R2UR from per-thread registers).
 __device__ __forceinline__ unsigned long long ft_wgmma_desc_step(unsigned long long desc, int bytes) {
-  return desc + (unsigned long long)(bytes >> 4);
+  const unsigned lo = unsigned(desc) + unsigned(bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -124,14 +143,14 @@ __device__ __forceinline__ void ft_wgmma_regs_by_tile(float* acc, const unsigned
                                                       unsigned slab_bytes) {
   enum : int { kN = kHeadDim < 128 ? kHeadDim : 128 };
   ft_fence_regs<kHeadDim / 2>(acc);
+  const unsigned long long db0 = ft_wgmma_desc(ft_opaque_u32(smem_b), slab_bytes, 1024);
   ft_wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks)
 #pragma unroll
-    for (int nc = 0; nc < kHeadDim / kN; ++nc) {
-      const unsigned long long db = ft_wgmma_desc(smem_b + unsigned(ks * 2048 + nc * (kN / 64) * slab_bytes), slab_bytes, 1024);
-      FtWgmma<T, kN>::template rs<1>(acc + nc * (kN / 2), af[ks], db, 1);
-    }
+    for (int nc = 0; nc < kHeadDim / kN; ++nc)
+      FtWgmma<T, kN>::template rs<1>(acc + nc * (kN / 2), af[ks],
+                                     ft_wgmma_desc_step(db0, int(ks * 2048 + nc * (kN / 64) * slab_bytes)), 1);
   ft_wgmma_commit();
 }
 
@@ -141,13 +160,14 @@ __device__ __forceinline__ void ft_wgmma_regs_by_tile(float* acc, const unsigned
 template <typename T, int kN, int kKSteps>
 __device__ __forceinline__ void ft_wgmma_rows_by_rows(float* d, unsigned smem_a, unsigned a_slab_bytes, unsigned smem_b,
                                                       unsigned b_slab_bytes) {
+  const unsigned long long da0 = ft_wgmma_desc(ft_opaque_u32(smem_a), 16, 1024);
+  const unsigned long long db0 = ft_wgmma_desc(ft_opaque_u32(smem_b), 16, 1024);
   ft_wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
-    const unsigned kofs = unsigned((ks % 4) * 32);  // k16 step inside a 128-byte slab row
-    const unsigned long long da = ft_wgmma_desc(smem_a + unsigned(ks / 4) * a_slab_bytes + kofs, 16, 1024);
-    const unsigned long long db = ft_wgmma_desc(smem_b + unsigned(ks / 4) * b_slab_bytes + kofs, 16, 1024);
-    FtWgmma<T, kN>::template ss<0>(d, da, db, ks > 0);
+    const int kofs = (ks % 4) * 32;  // k16 step inside a 128-byte slab row
+    FtWgmma<T, kN>::template ss<0>(d, ft_wgmma_desc_step(da0, int((ks / 4) * a_slab_bytes) + kofs),
+                                   ft_wgmma_desc_step(db0, int((ks / 4) * b_slab_bytes) + kofs), ks > 0);
   }
   ft_wgmma_commit();
 }
