@@ -1,0 +1,177 @@
+"""tests/test_sass_cpu.py: flashtune.sass on canned nvdisasm listings, a fake nvdisasm and fake flashtune builds
+(no GPU, no CUDA toolkit): the hot loop's counts, the cache entry's resources and warnings, the comparison's
+regressions and exit codes, and one-line errors."""
+import io
+import json
+import os
+import stat
+import tempfile
+import textwrap
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
+
+from flashtune import sass
+
+# Two loops: .L_x_1 (2 HGMMA, one spill reload, 9 instructions with its branch) inside the kernel, .L_x_3 (no MMA).
+LISTING = textwrap.dedent("""\
+            /*0000*/                   MOV R1, c[0x0][0x28] ;
+        .L_x_1:
+            /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R6+UR60], R7 ;
+            /*0020*/                   UIADD3 UR12, UR9, 0x2, URZ ;
+            /*0030*/                   HGMMA.64x64x16.F32.BF16 R184, gdesc[UR12], RZ, !UPT ;
+            /*0040*/                   LDL R18, [R1] ;
+            /*0050*/                   HGMMA.64x64x16.F32.BF16 R184, gdesc[UR12], R184, gsb0 ;
+            /*0060*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+            /*0070*/                   FMUL R2, R2, R3 ;
+            /*0080*/                   ISETP.GE.AND P1, PT, R2, R3, PT ;
+            /*0090*/               @P1 BRA `(.L_x_1) ;
+        .L_x_3:
+            /*00a0*/                   IADD3 R4, R4, 0x1, RZ ;
+            /*00b0*/                   STL [R1], R4 ;
+            /*00c0*/              @!P0 BRA P1, `(.L_x_3) ;
+            /*00d0*/                   @P2 BRA `(.L_x_9) ;
+            /*00e0*/                   EXIT ;
+        .L_x_9:
+            /*00f0*/                   BRA `(.L_x_9);
+""")
+
+
+def _executable(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return path
+
+
+def _entry(folder, key, name, registers, spills, log, listing_marker):
+    """A cache entry <key>.json + <key>.cubin; the fake nvdisasm prints the listing file named in the cubin."""
+    with open(os.path.join(folder, key + ".json"), "w") as f:
+        json.dump({"ok": True, "name_expression": name, "lowered_name": "_Z" + key, "log": log,
+                   "resources": {"registers": registers, "spill_load_bytes": spills}}, f)
+    with open(os.path.join(folder, key + ".cubin"), "w") as f:
+        f.write(listing_marker)
+
+
+class HotLoop(unittest.TestCase):
+    def test_the_loop_with_the_most_mma_and_its_spills(self):
+        loop = sass.hot_loop(LISTING)
+        self.assertEqual((loop.instructions, loop.mma, loop.spill_instructions), (9, 2, 1))
+
+    def test_every_instruction_counted_labels_not(self):
+        ops = [o for _, o, _ in sass.opcodes(LISTING) if o]
+        self.assertEqual(len(ops), 16)
+        self.assertEqual(ops.count("BRA"), 4)
+        self.assertIn("HGMMA", ops)
+
+    def test_no_mma_loop_gives_an_empty_loop(self):
+        self.assertEqual(sass.hot_loop(LISTING.replace("HGMMA", "FFMA")), sass.Loop())
+
+
+class Comparison(unittest.TestCase):
+    def k(self, loop_spills=0, spills=0, warnings="", sass_n=100):
+        return sass.KernelStats("k<1>", 168, spills, warnings, sass_n, sass.Loop(50, 4, loop_spills))
+
+    def test_worse_names_each_regression(self):
+        self.assertEqual(sass.worse(self.k(), self.k(sass_n=90)), [])
+        w = sass.worse(self.k(1, 8, "C7512"), self.k(3, 16, "C7511 C7512"))
+        self.assertEqual(w, ["loop spill instructions 1 -> 3", "spill loads 8 -> 16 B", "new C7511"])
+
+    def test_report_sums_families_and_counts_the_worse(self):
+        base = {"a<1>": self.k(), "a<2>": self.k(), "b<1>": self.k(), "only_base<1>": self.k()}
+        new = {"a<1>": self.k(sass_n=80), "a<2>": self.k(loop_spills=2), "b<1>": self.k()}
+        lines, n = sass.compare_report(base, new)
+        self.assertEqual(n, 1)
+        fam_a = next(l for l in lines if l.startswith("a "))
+        self.assertIn("200 ->      180", fam_a)
+        self.assertTrue(any("a<2>: loop spill instructions 0 -> 2" in l for l in lines))
+        self.assertTrue(any("1 kernels in one build only" in l for l in lines))
+
+
+class FakeToolchain(unittest.TestCase):
+    """stats and compare end to end through a fake nvdisasm (prints the listing the cubin names)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        with open(os.path.join(self.d, "loop.sass"), "w") as f:
+            f.write(LISTING)
+        with open(os.path.join(self.d, "clean.sass"), "w") as f:
+            f.write(LISTING.replace("LDL R18, [R1]", "FADD R18, R18, R18"))
+        # nvdisasm -c CUBIN: the cubin holds the name of its listing
+        self.nvdisasm = _executable(os.path.join(self.d, "nvdisasm"),
+                                    f'#!/bin/sh\ncat "{self.d}/$(cat "$2")"\n')
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_main(self, argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = sass.main(["--nvdisasm", self.nvdisasm, "--jobs", "2"] + argv)
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_stats_reads_resources_warnings_and_the_listing(self):
+        cache = os.path.join(self.d, "cache")
+        os.makedirs(cache)
+        _entry(cache, "k1", "attn<1>", 168, 40, "ptxas warning : C7512 ...\nptxas info : C7512", "loop.sass")
+        with open(os.path.join(cache, "bad.json"), "w") as f:
+            json.dump({"ok": False, "log": "error"}, f)  # a failed compile: no cubin, skipped
+        stats = sass.cache_stats(cache, self.nvdisasm, 2)
+        self.assertEqual(list(stats), ["attn<1>"])
+        s = stats["attn<1>"]
+        self.assertEqual((s.registers, s.spill_load_bytes, s.warnings, s.sass), (168, 40, "C7512", 16))
+        self.assertEqual(s.loop.spill_instructions, 1)
+        rc, out, _ = self.run_main(["stats", cache])
+        self.assertEqual(rc, 0)
+        self.assertIn("attn<1>  C7512", out)
+
+    def test_compare_flags_the_build_that_spills_in_the_loop(self):
+        # fake flashtune: `run Y --compile-only --arch A --db D --cache C` writes one entry into C
+        def fake(listing):
+            return _executable(os.path.join(self.d, f"ft_{listing}"), textwrap.dedent(f"""\
+                #!/usr/bin/env python3
+                import json, sys
+                c = sys.argv[sys.argv.index("--cache") + 1]
+                json.dump({{"ok": True, "name_expression": "attn<1>", "log": "",
+                           "resources": {{"registers": 168, "spill_load_bytes": 4}}}}, open(c + "/k.json", "w"))
+                open(c + "/k.cubin", "w").write("{listing}")
+                """))
+        yaml = os.path.join(self.d, "x.yaml")
+        open(yaml, "w").close()
+        rc, out, _ = self.run_main(["compare", "--base", fake("clean.sass"), "--new", fake("loop.sass"), yaml])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("attn<1>: loop spill instructions 0 -> 1", out)
+        rc, out, _ = self.run_main(["compare", "--base", fake("loop.sass"), "--new", fake("clean.sass"), yaml])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("0 kernels worse", out)
+
+    def test_a_failing_build_and_a_missing_folder_are_one_line_each(self):
+        failing = _executable(os.path.join(self.d, "ft_fail"), "#!/bin/sh\necho 'unknown family: nope' >&2\nexit 2\n")
+        rc, _, err = self.run_main(["compare", "--base", failing, "--new", failing, os.path.join(self.d, "x.yaml")])
+        self.assertEqual(rc, 2)
+        self.assertIn("--compile-only failed: unknown family: nope", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        rc, _, err = self.run_main(["stats", os.path.join(self.d, "nowhere")])
+        self.assertEqual(rc, 2)
+        self.assertIn("no such cache folder", err)
+
+    def test_no_nvdisasm_says_where_to_get_it(self):
+        old = dict(os.environ)
+        try:
+            os.environ["PATH"] = self.d + "/empty"
+            os.environ.pop("FLASHTUNE_NVDISASM", None)
+            os.environ["CUDA_HOME"] = self.d + "/empty"
+            try:
+                path = sass.find_nvdisasm(None)
+            except FileNotFoundError as e:
+                self.assertIn("pip install nvidia-cuda-nvdisasm", str(e))
+            else:  # this machine has one in /usr/local/cuda or a wheel: it must at least be executable
+                self.assertTrue(os.access(path, os.X_OK))
+            self.assertEqual(sass.find_nvdisasm(self.nvdisasm), self.nvdisasm)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+
+if __name__ == "__main__":
+    unittest.main()
