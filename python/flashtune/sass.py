@@ -2,7 +2,7 @@
 
 A kernel variant is costed before it is timed (docs/NOTES.md sessions 33-35): registers, spilled bytes, ptxas's
 wgmma serialization warnings (C7510-C7520), and in the SASS (nvdisasm of the cached CUBIN) the instruction count of
-the whole kernel and of its hot loop -- the loop (a backward branch) with the most tensor-core instructions --
+the whole kernel and of its hot loop -- the innermost loop (a backward branch) with the most tensor-core instructions --
 with the local-memory (spill) instructions inside it. `compare` compiles experiment YAMLs with two flashtune
 binaries (`flashtune run Y --compile-only`) into caches of their own and lists, per kernel, what changed.
 
@@ -65,7 +65,8 @@ def opcodes(sass_text: str) -> list:
 
 
 def hot_loop(sass_text: str) -> Loop:
-    """The loop with the most tensor-core instructions (ties: the longer); Loop() when no loop holds one."""
+    """The loop with the most tensor-core instructions (ties: the shorter, i.e. the innermost; a longer span with the
+    same count is an out-of-line retry block branching back into it); Loop() when no loop holds one."""
     rows = opcodes(sass_text)
     labels = {lab: i for i, (lab, _, _) in enumerate(rows) if lab}
     best = None
@@ -75,7 +76,7 @@ def hot_loop(sass_text: str) -> Loop:
             continue
         body = [o for _, o, _ in rows[labels[m.group(1)]:i + 1] if o]
         loop = Loop(len(body), sum(o in _MMA for o in body), sum(o in ("LDL", "STL") for o in body))
-        if loop.mma and (best is None or (loop.mma, loop.instructions) > (best.mma, best.instructions)):
+        if loop.mma and (best is None or (loop.mma, -loop.instructions) > (best.mma, -best.instructions)):
             best = loop
     return best or Loop()
 

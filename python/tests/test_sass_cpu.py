@@ -63,6 +63,25 @@ class HotLoop(unittest.TestCase):
         self.assertEqual(ops.count("BRA"), 4)
         self.assertIn("HGMMA", ops)
 
+    def test_a_retry_block_branching_back_is_not_the_loop(self):
+        # ptxas puts an mbarrier wait's retry out of line, after the loop, branching back into it: that span holds
+        # the same HGMMAs and more; the hot loop is the innermost one.
+        listing = textwrap.dedent("""\
+            .L_x_1:
+                /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R6+UR60], R7 ;
+                /*0015*/              @!P0 BRA `(.L_x_7) ;
+            .L_x_5:
+                /*0020*/                   HGMMA.64x64x16.F32.BF16 R184, gdesc[UR12], RZ, !UPT ;
+                /*0030*/                   FMUL R2, R2, R3 ;
+                /*0040*/               @P1 BRA `(.L_x_1) ;
+                /*0050*/                   EXIT ;
+            .L_x_7:
+                /*0060*/                   NOP ;
+                /*0070*/                   LDL R18, [R1] ;
+                /*0080*/                   BRA `(.L_x_5) ;
+            """)
+        self.assertEqual(sass.hot_loop(listing), sass.Loop(5, 1, 0))
+
     def test_no_mma_loop_gives_an_empty_loop(self):
         self.assertEqual(sass.hot_loop(LISTING.replace("HGMMA", "FFMA")), sass.Loop())
 
