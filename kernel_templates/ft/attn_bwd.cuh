@@ -88,13 +88,12 @@ __device__ __forceinline__ void ft_bwd_ds_t(float* dp, const float* p, const Col
 // This thread's two rows of dS^T (key rows `row` and row + 8 of the block, as the A fragments af hold them, in T)
 // into the shared dS^T tile at smem_ds: kBlockN key rows x kBlockM queries in 64-query slabs of kSlabDs bytes,
 // 128-byte swizzle (16-byte chunk nt % 8 of a row sits at chunk (nt % 8) ^ (row % 8), row % 8 = g). The tile is
-// what dQ = dS K reads M-major (ft_bwd_issue_dq). The base is an opaque copy, so that the compiler keeps no
-// per-chunk addresses live across the item. kChunk0: the fragments' first query column / 8 in the tile (a part of
+// what dQ = dS K reads M-major (ft_bwd_issue_dq). The base is an opaque copy (ft_opaque_u32), so that the compiler
+// keeps no per-chunk addresses live across the item. kChunk0: the fragments' first query column / 8 in the tile (a part of
 // the tile's queries: the sweep's 32-query halves).
 template <int kBlockM, int kSlabDs, int kChunk0 = 0>
 __device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsigned (*af)[4], int row, int g, int t4) {
-  unsigned ds_row;
-  asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned(row * 128 + 4 * t4)));
+  const unsigned ds_row = ft_opaque_u32(smem_ds + unsigned(row * 128 + 4 * t4));
 #pragma unroll
   for (int i = 0; i < kBlockM / 8; ++i)
 #pragma unroll
