@@ -227,7 +227,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
       }
     } else if (warp == 1 && n_items > 0) {
-      // LSE and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane arrives on the
+      // LSE (times log2 e) and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane arrives on the
       // stage's full barrier after its stores (release; the consumers' wait acquires them).
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 #pragma unroll
         for (int r = lane; r < kBlockM; r += 32) {
           const bool in = m0 + r < p.seq_q;
-          dst[r] = in ? p.lse[row0 + r] : 0.f;
+          dst[r] = in ? p.lse[row0 + r] * 1.4426950408889634f : 0.f;  // LSE log2 e (ft_bwd_probs_t's kLseLog2)
           dst[kBlockM + r] = in ? p.delta[row0 + r] : 0.f;
         }
         ft_mbarrier_arrive(full(st));
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 
       float s[kBlockM / 2], dp[kBlockM / 2];
       unsigned af[kPSteps][4], af_ds[kPSteps][4];
-      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
+      ft_bwd_item_to_ds<T, kHeadDim, kBlockM, kBlockN, true, true, true>(s, dp, af, af_ds, dv_acc, k_wg, v_wg, kSlabKv, smem_q, smem_do, kSlabQ, mask,
                                                         p.seq_q, m0, n0, key0, lse_s, d_s, scale_log2, t4);
       // The dS^T tile of item i (buffer i % 2) was last read by item i - 2's dQ, which only warpgroup 0 issues
       // (every piece is its own): warpgroup 1 waits for its "free" signal before writing, then signals "full"

@@ -35,14 +35,15 @@ struct FtBwdCols {
 
 // P^T in place of S^T (kBlockM / 2 floats per thread: this thread's keys key0, key0 + 8 against the tile's
 // queries m0 .., of seq_q): exp2(S^T scale log2 e - LSE log2 e), 0 where the mask hides the pair or the query is past
-// seq_q (whatever LSE says there). lse: the tile's LSE values (natural log) as this thread's columns (FtBwdCols).
+// seq_q (whatever LSE says there). lse: the tile's LSE values (natural log; kLseLog2: already times log2 e) as this
+// thread's columns (FtBwdCols).
 // Tiles inside the mask skip the checks (ft_if_masked). In a boundary tile each of the thread's two keys sees one
 // range of query rows (FtAttnQueryRange of that key alone, below seq_q; none past seq_k): at block_m <= 64 the mask
 // is two compares an element against the range, as columns relative to the thread's first column 2 t4, instead of
 // mask.visible (session 29: the windowed sweep spent ~17 instructions an element in this loop); 128-row items keep
 // mask.visible (the cp.async fused pass at head_dim 64 sits at the 255-register cap: the four range registers made
 // ptxas serialize its wgmma, C7511).
-template <int kBlockM, int kBlockN, bool kCausal, bool kWindow, class Cols>
+template <int kBlockM, int kBlockN, bool kLseLog2 = false, bool kCausal, bool kWindow, class Cols>
 __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const FtAttnMask<kCausal, kWindow>& mask, int seq_q, int m0,
                                                int n0, int key0, const Cols& lse, float scale_log2, int t4) {
   const float kLog2e = 1.4426950408889634f;
@@ -67,7 +68,7 @@ __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const Ft
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[nt * 4 + 2 * r + e];
-          const float p = ft_prob_from_lse<false>(x, scale_log2, lse(nt, e) * kLog2e);
+          const float p = ft_prob_from_lse<false>(x, scale_log2, kLseLog2 ? lse(nt, e) : lse(nt, e) * kLog2e);
           const int col = nt * 8 + 2 * t4 + e;
           const bool vis = !kMasked || (kRanges ? nt * 8 + e >= lo[r] && nt * 8 + e < hi[r]
                                                 : m0 + col < seq_q && mask.visible(m0 + col, key0 + 8 * r));
@@ -149,7 +150,7 @@ __device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_
 // wait for, with dv_acc fenced after it); kBlockM / 4 more registers.
 // On return s holds P^T and dp dS^T (fp32).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kColsAhead = false,
-          bool kCausal, bool kWindow>
+          bool kLseLog2 = false, bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
                                                   unsigned (&af)[kBlockM / 16][4], unsigned (&af_ds)[kBlockM / 16][4], float* dv_acc, unsigned k_wg,
                                                   unsigned v_wg, unsigned kv_slab, unsigned smem_q, unsigned smem_do,
@@ -168,7 +169,7 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   cols.load(lse_s, t4);
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
-  ft_bwd_probs_t<kBlockM, kBlockN>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
+  ft_bwd_probs_t<kBlockM, kBlockN, kLseLog2>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
   pack_a(s);
   cols.load(d_s, t4);
   ft_wgmma_wait<0>();  // dP^T
