@@ -332,7 +332,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // arrives, 0 waits) and 3 + buffer (free: 0 arrives after the item's last dQ has completed, 1 waits); one
       // pair per buffer, so that neither side can arrive twice at a barrier before the other has used it.
       if (kConsumers == 2 && cw == 1 && i >= 2) ft_named_barrier_sync(3 + (i & 1), 256);
-      ft_bwd_store_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0, g, t4);
+      ft_bwd_stsm_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0 - g, lane);
       ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
       if constexpr (kConsumers == 2) {
         if (cw == 1) ft_named_barrier_arrive(1 + (i & 1), 256);

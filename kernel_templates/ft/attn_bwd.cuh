@@ -105,6 +105,25 @@ __device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsign
     }
 }
 
+// The same tile by stmatrix.x4 (one instruction per k16 step of the fragments: four 8 x 8 matrices, instead of 8
+// st.shared.b32): af[ks][j] is matrix j, rows row_base + 8 (j % 2) .. + 7 of the warp's 16, chunk 2 ks + j / 2;
+// lane l gives the address of row l % 8 of matrix l / 8. row_base: the warp's first key row of the block (a
+// multiple of 16); lane: the thread's lane.
+template <int kBlockM, int kSlabDs, int kChunk0 = 0>
+__device__ __forceinline__ void ft_bwd_stsm_ds_t(unsigned smem_ds, const unsigned (*af)[4], int row_base, int lane) {
+  const int q = lane % 8, j = lane / 8;
+  unsigned ds_row;  // opaque, as ft_bwd_store_ds_t's
+  asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned((row_base + q + 8 * (j % 2)) * 128)));
+#pragma unroll
+  for (int ks = 0; ks < kBlockM / 16; ++ks) {
+    const int nt = kChunk0 + 2 * ks + j / 2;
+    const unsigned at = ds_row + unsigned((nt / 8) * kSlabDs + (((nt % 8) ^ q) << 4));
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(af[ks][0]),
+                 "r"(af[ks][1]), "r"(af[ks][2]), "r"(af[ks][3])
+                 : "memory");
+  }
+}
+
 // dQ piece (64 query rows x kDqN columns, fp32, kDqN / 2 per thread) = dS K over the block's kBlockN keys:
 // A = the dS^T tile's 64-query slab at ds_slab read M-major, B = the K tile's columns from k_col (a 64-column slab
 // start) read N-major; K's slabs lie kSlabKv apart. Issued and committed, not waited for.
