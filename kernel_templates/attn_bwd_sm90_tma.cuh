@@ -48,8 +48,14 @@
 // pairs, key block 0 of every pair of a section first, then key block 1, ... (ft_section_slot; unit_group 1: one
 // pair's key blocks after another's). kMinBlocks: blocks per SM the kernel is compiled for.
 //
-// The accumulator p.ws (zeroed before the launch) holds dQ / scale in 64-row blocks per (batch, query head): block
-// rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
+// Deterministic dQ stores first: the host zeroes only the counters, not the accumulator; each piece's turn-0 writer
+// stores it by a bulk copy (the others add after it, in turn) and the convert writes 0 for a piece whose turn
+// counter is still 0 (no key block sees its rows). Session 36, one H100: -2.4 % on d128 non-causal dq_order 2. The
+// same idea in any order (the piece's first writer by a ticket, the others waiting for its store) was 15 % slower
+// there: the blocks of a pair reach a row block together and wait on its first store.
+//
+// The accumulator p.ws (zeroed before the launch except with deterministic dQ) holds dQ / scale in 64-row blocks
+// per (batch, query head): block rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
 // dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order with a
 // thread's four floats of an 8-column tile together (one 16-byte store each): float 128 (w kDqN / 8 + nt) +
 // 4 lane + 2 r + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
@@ -76,14 +82,27 @@
 // (threads FtBwdConvert::quads())), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head)
 // (ft_bwd_convert_quads): a quad is four consecutive accumulator floats, one thread's (r, e) of one 8-column
 // accumulator tile: columns 8 nt + 2 (lane % 4) + e of rows 16 w + lane / 4 and that + 8, written as two pairs of T.
-template <typename T, int kHeadDim, int kDqN>
+// kStoredFirst (deterministic dQ): the accumulator was not zeroed, each piece's turn-0 writer stored it; a piece
+// whose turn counter (after the accumulator) is still 0 had no writer and converts to 0.
+template <typename T, int kHeadDim, int kDqN, bool kStoredFirst>
 __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   enum : int { kPieceFloats = 64 * kDqN };
   const long long n_rb = (p.seq_q + 63) / 64;
-  const float* const acc = p.ws + ((static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y) * n_rb) * 64 * kHeadDim;
+  const long long bh = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
+  const float* const acc = p.ws + bh * n_rb * 64 * kHeadDim;
+  const int* const turns = reinterpret_cast<const int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim) +
+                           bh * n_rb * (kHeadDim / 64);
   T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
   ft_bwd_convert_quads<FtBwdConvert::quads()>(
-      n_rb * 16 * kHeadDim, [&](long long q) { return __ldcg(reinterpret_cast<const float4*>(acc + 4 * q)); },
+      n_rb * 16 * kHeadDim,
+      [&](long long q) {
+        if constexpr (kStoredFirst) {
+          const long long rb = 4 * q / (64 * kHeadDim);
+          const int chunk = int(4 * q - rb * 64 * kHeadDim) / kPieceFloats;
+          if (__ldcg(turns + rb * (kHeadDim / 64) + chunk) == 0) return make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        return __ldcg(reinterpret_cast<const float4*>(acc + 4 * q));
+      },
       [&](long long q, const float4& x) {
         const long long i = 4 * q;
         const long long rb = i / (64 * kHeadDim);
@@ -145,7 +164,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_wait_turn(done, kDqWriters * ((p.seq_k + kBlockN - 1) / kBlockN));
     }
     __syncthreads();
-    ft_bwd_convert_dq<T, kHeadDim, kDqN>(p);
+    ft_bwd_convert_dq<T, kHeadDim, kDqN, kDeterministic>(p);
     // The grid completes after the pass (one block waits for it): what follows in the stream sees dK, dV too.
     if (blockIdx.x + 1 == gridDim.x && blockIdx.y + 1 == gridDim.y && blockIdx.z + 1 == gridDim.z) ft_wait_prerequisites();
     return;
@@ -263,12 +282,14 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
             ft_mbarrier_wait(dq_full(piece), unsigned(i) & 1u);
             if (m0 / 64 + rb < n_rb) {  // rows past seq_q (block_m 128): nothing to add
               int* const counter = turns + acc_block * (kHeadDim / 64) + chunk;
+              float* const dst = p.ws + acc_block * (64LL * kHeadDim) + chunk * kPieceFloats;
               if constexpr (kDeterministic) {
                 ft_wait_turn(counter, turn);
                 ft_fence_proxy_async_global();
               }
-              ft_bulk_reduce_add_f32(p.ws + acc_block * (64LL * kHeadDim) + chunk * kPieceFloats, staged(piece),
-                                     unsigned(kPieceFloats * 4));
+              // Deterministic: the first key block's writer (turn 0) stores the piece, the accumulator not zeroed.
+              if (kDeterministic && turn == 0) ft_bulk_store(dst, staged(piece), unsigned(kPieceFloats * 4));
+              else ft_bulk_reduce_add_f32(dst, staged(piece), unsigned(kPieceFloats * 4));
               ft_bulk_commit();
               ft_bulk_wait_read<0>();
               ft_mbarrier_arrive(dq_empty(piece));

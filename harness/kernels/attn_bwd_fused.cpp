@@ -5,8 +5,8 @@
 // in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order); 92, the
 // windowed sweep (attn_bwd_sm90_sweep.cuh: causal sliding windows at head_dim 64, a block per chunk of query tiles,
 // the window's key tiles held by its consumer warpgroups, dQ complete per item, no accumulator).
-// launch() zeroes the accumulator, runs the pass, then the same kernel with convert = 1 (dq = scale * accumulator
-// in the dtype), all three timed; mma 92 runs its pass and, with more than one chunk, the second launch that adds
+// launch() zeroes the accumulator (mma 91 with dq_order 2: only its counters), runs the pass, then the same kernel
+// with convert = 1 (dq = scale * accumulator in the dtype), all three timed; mma 92 runs its pass and, with more than one chunk, the second launch that adds
 // the key tiles two chunks share. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
 // in key-block order, turn counters after the accumulator). The tuner's alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
 #include <algorithm>
@@ -269,8 +269,9 @@ class AttnBwdFused : public GradStage {
     return GradStage::check_problem(p);
   }
   bool launches_itself() const override { return true; }
-  // The accumulator zeroed, the pass, the conversion (grid over the accumulator's 64-row blocks, four floats a
-  // thread): all in the timed launch, as a caller of the backward pays them.
+  // The accumulator zeroed (mma 91 with dq_order 2: its counters only, each piece's first writer stores), the pass,
+  // the conversion (grid over the accumulator's 64-row blocks, four floats a thread): all in the timed launch, as a
+  // caller of the backward pays them.
   // mma 92 (the sweep) zeroes nothing: its pass, then (with more than one chunk) the second launch that adds the
   // chunks' shared key tiles, grid over their floats, four a thread.
   void launch(const LaunchEnv& env, const core::Config& config, const core::Problem& p) const override {
@@ -289,8 +290,11 @@ class AttnBwdFused : public GradStage {
       }
       return;
     }
-    cuda::fill_u32(env.buffers.at(kFusedAcc), std::size_t(acc_elements(s) + turn_counters(s)), 0u,
-                   static_cast<CUstream>(env.stream));
+    // mma 91 with deterministic dQ: each piece's first writer stores it; only the counters after the accumulator
+    // start at 0.
+    const std::int64_t skip = c.mma == 91 && c.dq_order == 2 ? acc_elements(s) : 0;
+    cuda::fill_u32(env.buffers.at(kFusedAcc) + CUdeviceptr(4 * skip), std::size_t(acc_elements(s) - skip + turn_counters(s)),
+                   0u, static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
     launch_pass(env, args);
     // FtBwdConvert::quads() quads a thread (the kernel's registers allow one or two blocks an SM). mma 91's convert

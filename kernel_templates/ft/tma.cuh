@@ -75,6 +75,11 @@ __device__ __forceinline__ void ft_bulk_reduce_add_f32(float* dst, unsigned src,
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
                : "memory");
 }
+// ft_bulk_store: shared -> global, a plain copy in the same bulk group discipline (the backward's first writer of a
+// dQ piece, whose store replaces the accumulator's zero fill).
+__device__ __forceinline__ void ft_bulk_store(void* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void ft_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void ft_bulk_wait_read() {
