@@ -144,8 +144,15 @@ std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(cons
       for (const auto& f : sum->families)
         if (const TrialRow* t = winner(f); t && (!longest || t->median_ms > longest->median_ms)) longest = t;
       if (longest) b.bwd_mhz = longest->sm_clock_mhz;
+    } else {
+      std::string measured;
+      for (const auto& [family, row] : stage)
+        if (family.rfind("attn_bwd_", 0) == 0) measured += (measured.empty() ? "" : ", ") + family;
+      if (!measured.empty())
+        b.bwd_missing = "no flashtune backward: only " + measured + " measured, no whole way (flashtune query backward "
+                        "lists them)";
     }
-    if (b.fwd_ms || b.bwd_ms) out[key] = b;
+    if (b.fwd_ms || b.bwd_ms || !b.bwd_missing.empty()) out[key] = b;
   }
   return out;
 }
@@ -158,16 +165,19 @@ Table peers_table(const std::vector<TrialRow>& trials, const std::vector<db::Pee
             {}};
   for (const auto& p : latest_peers(peers)) {
     std::optional<double> ours, our_mhz;
+    std::string reason = p.reason;
     if (const auto it = best.find({p.problem, p.gpu}); it != best.end()) {
       ours = p.pass == "fwd" ? it->second.fwd_ms : it->second.bwd_ms;
       our_mhz = p.pass == "fwd" ? it->second.fwd_mhz : it->second.bwd_mhz;
+      if (p.pass == "bwd" && !ours && !it->second.bwd_missing.empty())
+        reason += (reason.empty() ? "" : "; ") + it->second.bwd_missing;
     }
     std::optional<double> speedup, our_tflops;
     if (ours && p.measured()) speedup = *p.median_ms / *ours;
     if (ours) our_tflops = attention_tflops(p.shape, p.pass, *ours);
     out.rows.push_back({p.problem, p.gpu, p.pass, p.peer, p.library, p.status, num(p.median_ms, 5), num(ours, 5),
                         num(speedup, 3), num(p.tflops, 4), num(our_tflops, 4), num(p.max_abs_err, 3),
-                        num(p.tolerance, 3), p.reason, num(p.sm_clock_mhz, 4), num(our_mhz, 4)});
+                        num(p.tolerance, 3), reason, num(p.sm_clock_mhz, 4), num(our_mhz, 4)});
   }
   return out;
 }

@@ -74,6 +74,9 @@ struct AttentionBest {
   std::optional<double> fwd_ms, bwd_ms;
   /// [MHz] the SM clock its trial recorded: the forward's, the backward's longest stage's (empty when not recorded).
   std::optional<double> fwd_mhz, bwd_mhz;
+  /// Why there is no bwd_ms although backward stages were measured (which ones; a whole backward needs a way of
+  /// attn_bwd_ways.hpp: e.g. attn_bwd_fused counts only beside attn_bwd_preprocess); empty otherwise.
+  std::string bwd_missing;
 };
 std::map<std::pair<std::string, std::string>, AttentionBest> attention_best(const std::vector<TrialRow>& trials);
 

@@ -229,6 +229,7 @@ std::optional<Plot> problem_chart(const std::vector<TrialRow>& trials, const std
       groups.push_back({short_problem(pass, b.shape) + (gpus.size() > 1 ? " @" + key.second : ""),
                         {{"flashtune", attention_tflops(b.shape, pass, *ms)}}});
     }
+  if (groups.empty()) return std::nullopt;  // backward stages measured, but no whole backward (AttentionBest::bwd_missing)
   std::vector<db::PeerRow> shown;
   for (const auto& p : latest_peers(peers)) {
     const auto it = index.find({p.problem, p.gpu, p.pass});

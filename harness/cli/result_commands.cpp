@@ -131,7 +131,8 @@ int cmd_query(const std::vector<std::string>& args) {
              "attn_fwd winner beside it, forward + backward, and TFLOP/s (backward FLOPs = 2.5 x forward).\n"
              "peers: per problem, GPU, pass and peer, the peer's latest measurement (flashtune peers) beside\n"
              "flashtune's best there (fwd: the attn_fwd winner; bwd: the backward's stage sum as in 'backward');\n"
-             "speedup = peer_ms / flashtune_ms (> 1: flashtune is faster).\n"
+             "speedup = peer_ms / flashtune_ms (> 1: flashtune is faster); a bwd row without flashtune_ms says in\n"
+             "'reason' which backward stages were measured where no whole way was.\n"
              "compare: 'faster'/'slower' when |B - A| / A exceeds sqrt(noise_A^2 + noise_B^2), each noise the\n"
              "trial's relative standard deviation; else 'same'. The summary line goes to stdout after a table,\n"
              "to stderr with --format csv|json.\n"))

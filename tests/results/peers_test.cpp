@@ -108,6 +108,32 @@ TEST_F(PeersTest, QueryPeersShowsTheClocksBothRanAt) {
   EXPECT_NE(r.out.find(",1683,1673\n"), std::string::npos) << r.out;
 }
 
+// A backward stage without the rest of its way (the fused pass without the preprocess) has no flashtune backward:
+// the row says which stages were measured instead of leaving flashtune_ms empty without a word.
+TEST_F(PeersTest, QueryPeersSaysWhyABackwardHasNoFlashtuneTime) {
+  {
+    db::Store store(db);
+    const auto run = begin_fixture_run(store, "partial");
+    const auto p = attn_problem(2048, 0);
+    auto fused = make_trial(run, "attn_bwd_fused", p, attn_config(64, 128, 8), TrialStatus::ok, 4.9);
+    fused.experiment_name = "partial";
+    store.record_trial(fused);
+    db::PeerRecord r;
+    r.run_id = run, r.experiment_name = "partial", r.peer = "sdpa_cudnn", r.library = "torch", r.pass = "bwd";
+    r.problem = p, r.device_key = "NVIDIA H200", r.status = "ok";
+    flashtune::core::Timing t;
+    t.samples_ms = {5.2, 5.2, 5.2};
+    t.median_ms = t.mean_ms = t.min_ms = t.max_ms = 5.2;
+    r.timing = t;
+    store.record_peer_trial(r);
+    store.finish_run(run, "finished");
+  }
+  const auto r = run_cli("query peers partial --format csv --db " + db, false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("NVIDIA H200,bwd,sdpa_cudnn,torch,ok,5.2,,,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no flashtune backward: only attn_bwd_fused measured, no whole way"), std::string::npos) << r.out;
+}
+
 TEST_F(PeersTest, GradeCourseCsvAndReportShowPeersAndExportIgnoresThem) {
   const auto json_before = run_cli("export --format json --db " + db, false);
   const auto course_before = run_cli("export --format course-attention -o " + (tmp.dir / "before.csv").string() + " --db " + db);
