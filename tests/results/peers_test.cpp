@@ -19,6 +19,20 @@ struct PeersTest : ::testing::Test {
   void SetUp() override { FixtureDb fx(db); }
 };
 
+// A cuDNN backward of 5.2 ms on "NVIDIA H200" for `problem` in run `run` (power-capped at `mhz` when given).
+void record_cudnn_bwd(db::Store& store, std::int64_t run, const std::string& experiment, const flashtune::core::Problem& problem,
+                      std::optional<double> mhz) {
+  db::PeerRecord r;
+  r.run_id = run, r.experiment_name = experiment, r.peer = "sdpa_cudnn", r.library = "torch", r.pass = "bwd";
+  r.problem = problem, r.device_key = "NVIDIA H200", r.status = "ok";
+  flashtune::core::Timing t;
+  t.samples_ms = {5.2, 5.2, 5.2};
+  t.median_ms = t.mean_ms = t.min_ms = t.max_ms = 5.2;
+  if (mhz) t.sm_clock_mhz = *mhz, t.power_capped = 1;
+  r.timing = t;
+  store.record_peer_trial(r);
+}
+
 }  // namespace
 
 TEST_F(PeersTest, StoreRecordsTypedRowsAndRefusesUnknownPassOrStatus) {
@@ -91,15 +105,7 @@ TEST_F(PeersTest, QueryPeersShowsTheClocksBothRanAt) {
     pre.experiment_name = fused.experiment_name = "clocks";
     store.record_trial(pre);
     store.record_trial(fused);
-    db::PeerRecord r;
-    r.run_id = run, r.experiment_name = "clocks", r.peer = "sdpa_cudnn", r.library = "torch", r.pass = "bwd";
-    r.problem = p, r.device_key = "NVIDIA H200", r.status = "ok";
-    flashtune::core::Timing t;
-    t.samples_ms = {5.2, 5.2, 5.2};
-    t.median_ms = t.mean_ms = t.min_ms = t.max_ms = 5.2;
-    t.sm_clock_mhz = 1683, t.power_capped = 1;
-    r.timing = t;
-    store.record_peer_trial(r);
+    record_cudnn_bwd(store, run, "clocks", p, 1683);
     store.finish_run(run, "finished");
   }
   const auto r = run_cli("query peers clocks --format csv --db " + db, false);
@@ -118,14 +124,7 @@ TEST_F(PeersTest, QueryPeersSaysWhyABackwardHasNoFlashtuneTime) {
     auto fused = make_trial(run, "attn_bwd_fused", p, attn_config(64, 128, 8), TrialStatus::ok, 4.9);
     fused.experiment_name = "partial";
     store.record_trial(fused);
-    db::PeerRecord r;
-    r.run_id = run, r.experiment_name = "partial", r.peer = "sdpa_cudnn", r.library = "torch", r.pass = "bwd";
-    r.problem = p, r.device_key = "NVIDIA H200", r.status = "ok";
-    flashtune::core::Timing t;
-    t.samples_ms = {5.2, 5.2, 5.2};
-    t.median_ms = t.mean_ms = t.min_ms = t.max_ms = 5.2;
-    r.timing = t;
-    store.record_peer_trial(r);
+    record_cudnn_bwd(store, run, "partial", p, std::nullopt);
     store.finish_run(run, "finished");
   }
   const auto r = run_cli("query peers partial --format csv --db " + db, false);
