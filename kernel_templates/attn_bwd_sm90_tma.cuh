@@ -55,8 +55,8 @@
 // there: the blocks of a pair reach a row block together and wait on its first store.
 //
 // The accumulator p.ws (zeroed before the launch except with deterministic dQ) holds dQ / scale in 64-row blocks
-// per (batch, query head): block rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim floats; inside it, the
-// dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order with a
+// per (batch, query head): block rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim
+// floats; inside it, the dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order with a
 // thread's four floats of an 8-column tile together (one 16-byte store each): float 128 (w kDqN / 8 + nt) +
 // 4 lane + 2 r + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
 //
@@ -82,6 +82,13 @@
 // (threads FtBwdConvert::quads())), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head)
 // (ft_bwd_convert_quads): a quad is four consecutive accumulator floats, one thread's (r, e) of one 8-column
 // accumulator tile: columns 8 nt + 2 (lane % 4) + e of rows 16 w + lane / 4 and that + 8, written as two pairs of T.
+// The counters after the accumulator in p.ws (n_rb = ceil(seq_q / 64)): kHeadDim / 64 turns per (batch, query head,
+// 64-row block), then one per (batch, kv head) pair.
+template <int kHeadDim, typename T>
+__device__ __forceinline__ int* ft_bwd_dq_counters(const FtAttnBwdParams<T>& p, long long n_rb) {
+  return reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
+}
+
 // kStoredFirst (deterministic dQ): the accumulator was not zeroed, each piece's turn-0 writer stored it; a piece
 // whose turn counter (after the accumulator) is still 0 had no writer and converts to 0.
 template <typename T, int kHeadDim, int kDqN, bool kStoredFirst>
@@ -90,8 +97,7 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
   const long long n_rb = (p.seq_q + 63) / 64;
   const long long bh = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
   const float* const acc = p.ws + bh * n_rb * 64 * kHeadDim;
-  const int* const turns = reinterpret_cast<const int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim) +
-                           bh * n_rb * (kHeadDim / 64);
+  const int* const turns = ft_bwd_dq_counters<kHeadDim>(p, n_rb) + bh * n_rb * (kHeadDim / 64);
   T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
   ft_bwd_convert_quads<FtBwdConvert::quads()>(
       n_rb * 16 * kHeadDim,
@@ -159,8 +165,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     // finished its dQ adds (each writer warp counts itself once its adds are complete, see the writers).
     if (threadIdx.x == 0) {
       const long long n_rb = (p.seq_q + 63) / 64;
-      const int* done = reinterpret_cast<const int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim) +
-                        p.batch * p.heads_q * n_rb * (kHeadDim / 64) + blockIdx.z * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv);
+      const int* done = ft_bwd_dq_counters<kHeadDim>(p, n_rb) + p.batch * p.heads_q * n_rb * (kHeadDim / 64) +
+                        blockIdx.z * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv);
       ft_wait_turn(done, kDqWriters * ((p.seq_k + kBlockN - 1) / kBlockN));
     }
     __syncthreads();
@@ -246,8 +252,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
       }
     } else if (warp == 1 && n_items > 0) {
-      // LSE (times log2 e) and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane arrives on the
-      // stage's full barrier after its stores (release; the consumers' wait acquires them).
+      // LSE (times log2 e) and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane
+      // arrives on the stage's full barrier after its stores (release; the consumers' wait acquires them).
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         const int st = i % kStages;
@@ -267,8 +273,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     } else if (warp >= 2 && warp - 2 < kDqWriters) {
       // dQ writer of pieces warp - 2, warp, ...: each item's piece into the accumulator, in turn when deterministic.
       const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
-      // The counters after the accumulator: kHeadDim / 64 turns per 64-row block (deterministic), then one per pair.
-      int* const turns = reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
+      int* const turns = ft_bwd_dq_counters<kHeadDim>(p, n_rb);  // turns (deterministic), then one per pair
       FtItemCursor at(0, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         int h, m0;

@@ -6,8 +6,8 @@
 // windowed sweep (attn_bwd_sm90_sweep.cuh: causal sliding windows at head_dim 64, a block per chunk of query tiles,
 // the window's key tiles held by its consumer warpgroups, dQ complete per item, no accumulator).
 // launch() zeroes the accumulator (mma 91 with dq_order 2: only its counters), runs the pass, then the same kernel
-// with convert = 1 (dq = scale * accumulator in the dtype), all three timed; mma 92 runs its pass and, with more than one chunk, the second launch that adds
-// the key tiles two chunks share. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
+// with convert = 1 (dq = scale * accumulator in the dtype), all three timed; mma 92 runs its pass and, with more
+// than one chunk, the second launch that adds the key tiles two chunks share. dK and dV are deterministic; dQ is too with dq_order 2 (mma 91: the adds
 // in key-block order, turn counters after the accumulator). The tuner's alternative to attn_bwd_dkdv + attn_bwd_dq: `flashtune query backward` takes whichever of the two sums is faster.
 #include <algorithm>
 #include <cstring>

@@ -112,8 +112,7 @@ __device__ __forceinline__ void ft_bwd_store_ds_t(unsigned smem_ds, const unsign
 template <int kBlockM, int kSlabDs, int kChunk0 = 0>
 __device__ __forceinline__ void ft_bwd_stsm_ds_t(unsigned smem_ds, const unsigned (*af)[4], int row_base, int lane) {
   const int q = lane % 8, j = lane / 8;
-  unsigned ds_row;  // opaque, as ft_bwd_store_ds_t's
-  asm volatile("mov.b32 %0, %1;" : "=r"(ds_row) : "r"(smem_ds + unsigned((row_base + q + 8 * (j % 2)) * 128)));
+  const unsigned ds_row = ft_opaque_u32(smem_ds + unsigned((row_base + q + 8 * (j % 2)) * 128));  // as ft_bwd_store_ds_t's
 #pragma unroll
   for (int ks = 0; ks < kBlockM / 16; ++ks) {
     const int nt = kChunk0 + 2 * ks + j / 2;
