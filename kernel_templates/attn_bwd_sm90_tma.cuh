@@ -44,6 +44,15 @@
 // so that what follows in the stream sees dK and dV too. Session 33, one H100: -1.3 / -0.5 % on d128 non-causal,
 // -1 % with dq_order 2, -3.6 % on GPT-OSS's mma 91 config, the causal shapes within their noise (docs/NOTES.md).
 //
+// Split tail (tp.tail_parts > 1, any dQ order but the deterministic one; the host's tail 2): 2 x 16 x 64 equal
+// blocks on 132 SMs leave the last wave half empty. The host launches a 1-D grid: the blocks in launch order up to
+// tp.tail_first, then the last partial wave's n blocks as tail_parts pieces each (piece j of split block t at
+// launch index tail_first + j n + t), a piece running items [k j / parts, k (j + 1) / parts) of the block's k.
+// Every role of a piece walks only its items; the last of a split block's pieces' dQ writers counts the block's
+// writers done in its pair's counter (the convert's wait is a whole block's); its consumers leave fp32 partial dK, dV in the workspace
+// and the last piece to finish (a counter per split block and thread) adds the others' and stores
+// (ft_bwd_tail_combine).
+//
 // Block order: the grid (key blocks, heads_kv, batch) is walked in sections of tp.unit_group (kv head, batch)
 // pairs, key block 0 of every pair of a section first, then key block 1, ... (ft_section_slot; unit_group 1: one
 // pair's key blocks after another's). kMinBlocks: blocks per SM the kernel is compiled for.
@@ -123,6 +132,49 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
       });
 }
 
+// The split tail's workspace after the accumulator's counters (the host's attn_bwd_fused tail_workspace): a
+// counter per (split block, consumer thread), one per split block for its pieces' dQ writers, then, 16-byte
+// aligned, slice (t, j) of split block t's piece j: float4 q of consumer thread i at ((t parts + j) kHeadDim / 4 + q)
+// threads + i (dK's kHeadDim / 8 float4, then dV's). Returns the first counter (p.ws is 256-byte aligned).
+template <int kHeadDim, typename T>
+__device__ __forceinline__ int* ft_bwd_tail_counters(const FtAttnBwdParams<T>& p) {
+  const long long n_rb = (p.seq_q + 63) / 64;
+  return ft_bwd_dq_counters<kHeadDim>(p, n_rb) + static_cast<long long>(p.batch) * p.heads_q * n_rb * (kHeadDim / 64) +
+         p.batch * p.heads_kv;
+}
+
+// A split block's piece ends here: each consumer thread leaves its partial dK, dV (kHeadDim floats) in the
+// workspace, then counts itself in the counter of (split block, thread); the thread that counts last (the last
+// piece to get there) adds the other pieces' partials into its registers and returns true (it stores dK, dV).
+template <int kHeadDim, typename T>
+__device__ __forceinline__ bool ft_bwd_tail_combine(float* dk_acc, float* dv_acc, const FtAttnBwdParams<T>& p, int n_tail,
+                                                    int tail, int part, int parts, int thread, int threads) {
+  int* const counters = ft_bwd_tail_counters<kHeadDim>(p);
+  float4* const slices = reinterpret_cast<float4*>(
+      (reinterpret_cast<unsigned long long>(counters + static_cast<long long>(n_tail) * (threads + 1)) + 15) & ~15ULL);
+  auto at = [&](int piece, int q) {
+    return slices + (static_cast<long long>(tail * parts + piece) * (kHeadDim / 4) + q) * threads + thread;
+  };
+#pragma unroll
+  for (int q = 0; q < kHeadDim / 8; ++q) {
+    __stcg(at(part, q), make_float4(dk_acc[4 * q], dk_acc[4 * q + 1], dk_acc[4 * q + 2], dk_acc[4 * q + 3]));
+    __stcg(at(part, kHeadDim / 8 + q), make_float4(dv_acc[4 * q], dv_acc[4 * q + 1], dv_acc[4 * q + 2], dv_acc[4 * q + 3]));
+  }
+  __threadfence();
+  if (atomicAdd(counters + static_cast<long long>(tail) * threads + thread, 1) != parts - 1) return false;
+  __threadfence();
+  for (int j = 0; j < parts; ++j) {
+    if (j == part) continue;
+#pragma unroll
+    for (int q = 0; q < kHeadDim / 8; ++q) {
+      const float4 k = __ldcg(at(j, q)), v = __ldcg(at(j, kHeadDim / 8 + q));
+      dk_acc[4 * q] += k.x, dk_acc[4 * q + 1] += k.y, dk_acc[4 * q + 2] += k.z, dk_acc[4 * q + 3] += k.w;
+      dv_acc[4 * q] += v.x, dv_acc[4 * q + 1] += v.y, dv_acc[4 * q + 2] += v.z, dv_acc[4 * q + 3] += v.w;
+    }
+  }
+  return true;
+}
+
 // kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts
 // two blocks' consumers on an SM, unsynchronized (one's softmax beside the other's wgmma).
 template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
@@ -197,9 +249,17 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   // The block's (key block, kv head, batch): the grid (key blocks, heads_kv, batch) walked in sections of
   // tp.unit_group (kv head, batch) pairs, key blocks in order over each section's pairs (ft_section_slot). A block
   // only ever follows blocks of its pair with lower key blocks (deterministic dQ's turns rely on it).
-  const FtSectionSlot slot = ft_section_slot(int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), int(gridDim.x),
-                                             tp.unit_group, int(gridDim.y * gridDim.z));
-  const int n_block = slot.inner, h_kv = slot.unit % int(gridDim.y), b = slot.unit / int(gridDim.y);
+  // Split tail (tp.tail_parts > 1): launch index tail_first + j n + t is piece j of split block t.
+  const int n_kb = (p.seq_k + kBlockN - 1) / kBlockN, n_pairs = p.heads_kv * p.batch;
+  int lin = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), tail = -1, part = 0;
+  if (tp.tail_parts > 1 && lin >= tp.tail_first) {
+    const int n_tail = n_kb * n_pairs - tp.tail_first;
+    tail = (lin - tp.tail_first) % n_tail;
+    part = (lin - tp.tail_first) / n_tail;
+    lin = tp.tail_first + tail;
+  }
+  const FtSectionSlot slot = ft_section_slot(lin, n_kb, tp.unit_group, n_pairs);
+  const int n_block = slot.inner, h_kv = slot.unit % p.heads_kv, b = slot.unit / p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
   const int n0 = n_block * kBlockN;
   const int n1 = min(n0 + kBlockN, p.seq_k);
@@ -207,7 +267,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   const FtAttnQueryRange<kCausal, kWindow> rows(mask, n0, n1);
   const int t_first = rows.lo / kBlockM;  // query tiles [t_first, t_first + t_count) of each head of the group
   const int t_count = rows.hi > rows.lo ? (rows.hi + kBlockM - 1) / kBlockM - t_first : 0;
-  const int n_items = group * t_count;
+  // A piece of a split block runs items [first, first + n_items) of the block's group * t_count.
+  const int first = tail < 0 ? 0 : group * t_count * part / tp.tail_parts;
+  const int n_items = tail < 0 ? group * t_count : group * t_count * (part + 1) / tp.tail_parts - first;
   // Item (at.head, at.tile) of the block's range: query head h and first row m0 (deterministic: tiles from the last).
   auto item_rows = [&](const FtItemCursor& at, int& h, int& m0) {
     h = h_kv * group + at.head;
@@ -238,7 +300,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         ft_tma_load_4d(smem_k + unsigned(s * kSlabKv), tp.k_map, kv_full, 64 * s, n0, h_kv, b);
         ft_tma_load_4d(smem_v + unsigned(s * kSlabKv), tp.v_map, kv_full, 64 * s, n0, h_kv, b);
       }
-      FtItemCursor at(0, t_count);
+      FtItemCursor at(first, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         const int st = i % kStages;
         int h, m0;
@@ -254,7 +316,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     } else if (warp == 1 && n_items > 0) {
       // LSE (times log2 e) and D of each item's rows (zeros past seq_q) by plain loads into the stage; every lane
       // arrives on the stage's full barrier after its stores (release; the consumers' wait acquires them).
-      FtItemCursor at(0, t_count);
+      FtItemCursor at(first, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         const int st = i % kStages;
         int h, m0;
@@ -274,7 +336,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // dQ writer of pieces warp - 2, warp, ...: each item's piece into the accumulator, in turn when deterministic.
       const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
       int* const turns = ft_bwd_dq_counters<kHeadDim>(p, n_rb);  // turns (deterministic), then one per pair
-      FtItemCursor at(0, t_count);
+      FtItemCursor at(first, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         int h, m0;
         item_rows(at, h, m0);
@@ -315,7 +377,18 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       if (lane == 0) {
         ft_bulk_wait<0>();
         ft_fence_proxy_async_global();
-        ft_pass_turn(turns + p.batch * p.heads_q * n_rb * (kHeadDim / 64) + b * p.heads_kv + h_kv);
+        int* const pair_done = turns + p.batch * p.heads_q * n_rb * (kHeadDim / 64) + b * p.heads_kv + h_kv;
+        if (tail < 0) {
+          ft_pass_turn(pair_done);
+        } else {  // a split block's pieces: the last of their writers counts the block's kDqWriters for all of them
+          int* const pieces_done = ft_bwd_tail_counters<kHeadDim>(p) +
+                                   static_cast<long long>(n_kb * n_pairs - tp.tail_first) * 128 * kConsumers + tail;
+          __threadfence();
+          if (atomicAdd(pieces_done, 1) == tp.tail_parts * kDqWriters - 1) {
+            __threadfence();
+            ft_add_release(pair_done, kDqWriters);
+          }
+        }
       }
     }
   } else {
@@ -336,7 +409,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     };
 
     if (n_items > 0) ft_mbarrier_wait(kv_full, 0);
-    FtItemCursor at(0, t_count);
+    FtItemCursor at(first, t_count);
     for (int i = 0; i < n_items; ++i, at.next()) {
       const int st = i % kStages;
       int h, m0;
@@ -409,7 +482,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_fence_regs<kHeadDim / 2>(dv_acc);
       ft_mbarrier_arrive(empty(st));  // Q, dO, LSE, D of the stage: this thread's reads are done
     }
-    ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
+    // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
+    if (tail < 0 || ft_bwd_tail_combine<kHeadDim>(dk_acc, dv_acc, p, n_kb * n_pairs - tp.tail_first, tail, part, tp.tail_parts,
+                                                   threadIdx.x - 128, 128 * kConsumers))
+      ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
   }
 #else
   __trap();  // built for a target without wgmma / TMA: the host never launches this (can_run requires sm_90a)

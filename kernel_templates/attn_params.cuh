@@ -87,6 +87,9 @@ struct FtAttnBwdTmaParams {
   FtTensorMap q_map, k_map, v_map, do_map, o_map;
   int unit_group;
   int chunks;
+  int tail_first;  // mma 91 split tail: launch-order index of the first split block (blocks before it run whole)
+  int tail_parts;  // 1 = none; k = the n blocks from tail_first on each run as k pieces (item ranges): piece j of
+                   // split block t is launch index tail_first + j n + t
 };
 
 // The materialized-score baselines' kernels (attn_naive, attn_eager: cuBLAS GEMMs around them).
@@ -241,7 +244,7 @@ struct FtWarpRoleRegs {
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 11 * 4 + 4, "FtAttnBwdParams: 200 bytes, no padding");
-static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 5 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 5 maps, unit_group and chunks padded to 64");
+static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 5 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 5 maps, unit_group, chunks, tail_first and tail_parts padded to 64");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif

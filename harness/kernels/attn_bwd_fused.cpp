@@ -33,6 +33,31 @@ std::int64_t turn_counters(const Shape& s) {
   return s.batch * s.heads_q * acc_rows(s) / 64 * std::max<std::int64_t>(1, s.head_dim / 64) + s.batch * s.heads_kv;
 }
 
+// mma 91's split tail (tail 2): the last partial wave's blocks, at most kTailMaxBlocks of them, each run as 2 or 3
+// pieces over ranges of their items (kernel_templates/attn_bwd_sm90_tma.cuh, ft_bwd_tail_combine). After the
+// counters: one counter per (split block, consumer thread), one per split block for its pieces' dQ writers, then
+// each piece's partial dK, dV (fp32, 16-byte aligned).
+constexpr std::int64_t kTailMaxBlocks = 144, kTailMaxParts = 3, kTailThreads = 256;
+// Pieces per split block for `blocks` equal blocks on `slots` resident at a time: the k in 2..3 that minimizes the
+// last wave's rounds x (1 / k + 0.04 for a piece's start and its partials), if below the unsplit wave's 1; else 1.
+std::int64_t tail_parts(std::int64_t blocks, std::int64_t slots) {
+  const std::int64_t r = blocks % slots;
+  if (r == 0 || r > kTailMaxBlocks) return 1;
+  std::int64_t best = 1;
+  double best_cost = 1.0;
+  for (std::int64_t k = 2; k <= kTailMaxParts; ++k) {
+    const double cost = double((k * r + slots - 1) / slots) * (1.0 / double(k) + 0.04);
+    if (cost < best_cost) best = k, best_cost = cost;
+  }
+  return best;
+}
+// The split tail's floats after the accumulator's counters, for the largest plan (the counters and a 16-byte pad
+// included): at most kTailMaxBlocks blocks split, and no more than the problem's blocks of 64 keys.
+std::int64_t tail_workspace(const Shape& s) {
+  const std::int64_t blocks = std::min(kTailMaxBlocks, (s.seq_k + 63) / 64 * s.heads_kv * s.batch);
+  return blocks * (kTailThreads + 1) + 4 + blocks * kTailMaxParts * kTailThreads * s.head_dim;
+}
+
 // floor(a / b), b > 0.
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
 
@@ -101,6 +126,7 @@ class FusedWgmma final : public GradVariant {
     if (c.dq_order != 1) return "mma 90 adds dQ by atomics in any order: dq_order 2 (deterministic) needs mma 91";
     if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 90 takes 1";
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 90 takes 1";
+    if (c.tail != 1) return "tail is an mma 91 option; mma 90 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -155,6 +181,8 @@ class FusedTma final : public GradVariant {
     if (regs > cap)
       return "mma 91: about " + n(regs) + " registers per consumer thread needed (" + n(consumers) +
              " consumer warpgroups get " + n(cap) + ")";
+    if (c.tail == 2 && c.dq_order != 1)
+      return "mma 91: tail 2 needs dq_order 1 (deterministic dQ orders whole key blocks)";
     return std::nullopt;
   }
   // dq_order 2 and min_blocks append the kernel's last template arguments, kDeterministic and kMinBlocks, where
@@ -165,10 +193,18 @@ class FusedTma final : public GradVariant {
     if (c.min_blocks != 1) name.insert(name.size() - 1, ", " + n(c.min_blocks));
     return name;
   }
-  // One block per key tile, per kv head; the producer's 128 threads on top.
-  LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
+  // One block per key tile, per kv head; the producer's 128 threads on top. tail 2: a 1-D grid, the blocks in launch
+  // order, then the last partial wave's blocks' further pieces (tail_parts - 1 of each).
+  LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
+    const std::int64_t blocks = (s.seq_k + c.block_n - 1) / c.block_n * s.heads_kv * s.batch;
+    const std::int64_t parts = c.tail == 2 ? tail_parts(blocks, std::int64_t(d.num_sms) * c.min_blocks) : 1;
     LaunchShape l = grad_launch((s.seq_k + c.block_n - 1) / c.block_n, s.heads_kv, c, s, smem_bytes(c, s));
     l.block[0] += 128;
+    if (parts > 1) {
+      const std::int64_t r = blocks % (std::int64_t(d.num_sms) * c.min_blocks);
+      l.grid[0] = unsigned(blocks + r * (parts - 1)), l.grid[1] = 1, l.grid[2] = 1;
+      l.tail_parts = unsigned(parts);
+    }
     return l;
   }
   // FtAttnBwdTmaParams: the maps of Q, dO (block_m-row boxes), K, V (block_n), then the block order's section width
@@ -220,6 +256,7 @@ class FusedSweep final : public GradVariant {
     if (c.num_stages > consumers) return "mma 92: num_stages must be at most the consumer warpgroups (" + n(consumers) + ")";
     if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 92 takes 1";
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 92 takes 1";
+    if (c.tail != 1) return "tail is an mma 91 option; mma 92 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c), 0)) return "mma 92: " + *why;
     return std::nullopt;
   }
@@ -292,10 +329,19 @@ class AttnBwdFused : public GradStage {
     }
     // mma 91 with deterministic dQ: each piece's first writer stores it; only the counters after the accumulator
     // start at 0.
+    // The split tail (launch_shape's tail_parts): its first block in launch order; its counters after the others.
+    const std::int64_t parts = env.shape.tail_parts, blocks = (s.seq_k + c.block_n - 1) / c.block_n * s.heads_kv * s.batch;
+    const std::int64_t split = parts > 1 ? (std::int64_t(env.shape.grid[0]) - blocks) / (parts - 1) : 0;
     const std::int64_t skip = c.mma == 91 && c.dq_order == 2 ? acc_elements(s) : 0;
-    cuda::fill_u32(env.buffers.at(kFusedAcc) + CUdeviceptr(4 * skip), std::size_t(acc_elements(s) - skip + turn_counters(s)),
-                   0u, static_cast<CUstream>(env.stream));
+    cuda::fill_u32(env.buffers.at(kFusedAcc) + CUdeviceptr(4 * skip),
+                   std::size_t(acc_elements(s) - skip + turn_counters(s) + split * (kTailThreads + 1)), 0u,
+                   static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
+    if (parts > 1) {
+      auto& params = std::get<ParamsArg>(args.at(0));
+      params.set(offsetof(FtAttnBwdTmaParams<void>, tail_first), std::int32_t(blocks - split));
+      params.set(offsetof(FtAttnBwdTmaParams<void>, tail_parts), std::int32_t(parts));
+    }
     launch_pass(env, args);
     // FtBwdConvert::quads() quads a thread (the kernel's registers allow one or two blocks an SM). mma 91's convert
     // starts beside the pass (programmatic launch) and converts a (kv head, batch) pair's rows once the pair's dQ
@@ -323,6 +369,10 @@ class AttnBwdFused : public GradStage {
         // Searched only where named (session 23).
         {"unit_group", {1}, "mma 91: (kv head, batch) pairs per section of the block order; inside a section key block 0 "
                             "(causal: the heaviest) of every pair goes first, then key block 1..."},
+        // Searched only where named (session 36: built, not yet run on a GPU).
+        {"tail", {1}, "mma 91, dq_order 1: 1 = every block runs whole; 2 = the blocks of the last partial wave run as 2 or 3 "
+                      "pieces over their items each (the launch plans it from the SM count), the last piece of a block "
+                      "adding the others' fp32 dK, dV partials"},
     };
   }
   std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {
@@ -338,7 +388,8 @@ class AttnBwdFused : public GradStage {
   }
   // The fp32 accumulator, then mma 91's turn counters (int32, in the same buffer and zeroed with it).
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
-    b.push_back({"dq_accum", core::DType::f32, std::max(acc_elements(s) + turn_counters(s), sweep_workspace(s)),
+    b.push_back({"dq_accum", core::DType::f32,
+                 std::max(acc_elements(s) + turn_counters(s) + tail_workspace(s), sweep_workspace(s)),
                  BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {

@@ -34,6 +34,8 @@ struct LaunchShape {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned dynamic_smem_bytes = 0;  ///< [bytes]
+  unsigned tail_parts = 1;          ///< the launch's last partial wave of blocks split into this many pieces each
+                                    ///< (the kernel's own plan; attn_bwd_fused mma 91 with tail 2); 1 = none
   std::int64_t threads_per_block() const { return std::int64_t(block[0]) * block[1] * block[2]; }
 };
 

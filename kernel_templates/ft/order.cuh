@@ -16,10 +16,12 @@ __device__ __forceinline__ void ft_wait_turn(const int* counter, int turn) {
   }
   __trap();
 }
-// *counter += 1, released at gpu scope: the writes before it are seen by whoever acquires the new value.
-__device__ __forceinline__ void ft_pass_turn(int* counter) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(counter) : "memory");
+// *counter += value, released at gpu scope: the writes before it are seen by whoever acquires the new value.
+__device__ __forceinline__ void ft_add_release(int* counter, int value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(counter), "r"(value) : "memory");
 }
+// The next turn: *counter += 1, released.
+__device__ __forceinline__ void ft_pass_turn(int* counter) { ft_add_release(counter, 1); }
 // Orders this thread's generic-proxy and async-proxy accesses to global memory.
 __device__ __forceinline__ void ft_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 

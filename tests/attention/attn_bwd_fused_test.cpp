@@ -112,8 +112,9 @@ TEST(AttnBwdFused, ArgumentsAreOneParamsStruct) {
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].role, kernels::BufferRole::workspace);
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].dtype, core::DType::f32);
   // whole 64-row blocks (mma 91's layout), then mma 91's turn counters: one per 64 x 64 piece, and one per (batch,
-  // kv head) pair (its blocks' finished dQ writers, what the convert launch waits for)
-  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64 + 2 * 4 + 2 * 2);
+  // kv head) pair (its blocks' finished dQ writers, what the convert launch waits for), then mma 91's split tail
+  // for its 2 x 2 x 2 blocks of 64 keys (a counter per consumer thread and one more each, a pad, 3 partials each)
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 4 * 64 * 64 + 2 * 4 + 2 * 2 + 8 * 257 + 4 + 8 * 3 * 256 * 64);
   const auto& a = std::get<kernels::ParamsArg>(args[0]);
   FtAttnBwdParams<void> prm;
   std::memcpy(&prm, a.bytes.data(), sizeof prm);
@@ -231,8 +232,11 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   // staging tile (32 KiB), the alignment, 5 mbarriers, a full and an empty mbarrier for each of the 2 dQ pieces.
   EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40 + 32));
   // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats), its turn counters (two 64-column chunks a
-  // row block) and a counter per (batch, kv head) pair.
-  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements, 2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2 + 2 * 2);
+  // row block), a counter per (batch, kv head) pair, then the split tail's largest plan: for each of the problem's
+  // 5 x 2 x 2 blocks of 64 keys a counter per consumer thread and one more, a 16-byte pad, 3 pieces' fp32 dK, dV
+  // partials (256 threads x 128) each.
+  EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements,
+            2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2 + 2 * 2 + 20 * 257 + 4 + 20 * 3 * 256 * 128);
   // dq_order 2 (deterministic): the kernel's last template argument; mma 90 refuses it; 1 and 2 only.
   auto det = c;
   det.values["dq_order"] = 2;
@@ -270,6 +274,51 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   auto bad = cfg(64, 128, 8, 2);
   bad.values["mma"] = 93;
   EXPECT_NE(f.can_run(bad, p, sm90).value_or("").find("mma must be 90"), std::string::npos);
+}
+
+// tail 2: the blocks of the last partial wave (on sm_90a's 132 SMs) run as 2 or 3 pieces each, planned by the
+// launch shape: a 1-D grid of the blocks and the split blocks' further pieces; none where the waves are whole.
+TEST(AttnBwdFused, Mma91TailSplitsTheLastPartialWave) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  ASSERT_EQ(sm90.num_sms, 132);
+  auto c = cfg(64, 128, 8, 2);
+  c.values["mma"] = 91;
+  c.values["tail"] = 2;
+  auto shape_of = [&](std::int64_t seq, std::int64_t heads) {
+    const auto p = problem({{"batch", 2}, {"heads_q", heads}, {"seq_q", seq}, {"head_dim", 128}});
+    EXPECT_EQ(f.can_run(c, p, sm90), std::nullopt);
+    return f.launch_shape(c, p, sm90);
+  };
+  // 2 x 16 x 64 = 2048 blocks = 15 waves + 68: thirds (2 rounds of a third), 2048 + 2 x 68 launched.
+  auto s = shape_of(8192, 16);
+  EXPECT_EQ(s.tail_parts, 3u);
+  EXPECT_EQ(s.grid[0], 2048u + 2 * 68);
+  EXPECT_EQ(s.grid[1] * s.grid[2], 1u);
+  // 2 x 1 x 91 = 182 = 132 + 50: halves (one round of a half) beat thirds (two rounds of a third).
+  s = shape_of(91 * 128, 1);
+  EXPECT_EQ(s.tail_parts, 2u);
+  EXPECT_EQ(s.grid[0], 182u + 50);
+  // 2 x 2 x 66 = 264 = 2 whole waves: nothing to split; 2 x 1 x 120 = 240 = 132 + 108: no plan beats the wave.
+  for (const auto& [seq, heads] : {std::pair<std::int64_t, std::int64_t>{66 * 128, 2}, {120 * 128, 1}}) {
+    s = shape_of(seq, heads);
+    EXPECT_EQ(s.tail_parts, 1u) << seq;
+    EXPECT_EQ(s.grid[0], unsigned(seq / 128)) << seq;
+    EXPECT_EQ(s.grid[2], 2u) << seq;
+  }
+  // tail 1: the 3-D grid as always.
+  c.values["tail"] = 1;
+  const auto p = problem({{"batch", 2}, {"heads_q", 16}, {"seq_q", 8192}, {"head_dim", 128}});
+  s = f.launch_shape(c, p, sm90);
+  EXPECT_EQ(s.tail_parts, 1u);
+  EXPECT_EQ(s.grid[0] * s.grid[1] * s.grid[2], 2048u);
+  // Deterministic dQ orders whole key blocks; mma 90 / 92 have no tail.
+  c.values["tail"] = 2;
+  c.values["dq_order"] = 2;
+  EXPECT_NE(f.can_run(c, p, sm90).value_or("").find("tail 2 needs dq_order 1"), std::string::npos);
+  c.values["dq_order"] = 1;
+  c.values["mma"] = 90;
+  EXPECT_NE(f.can_run(c, p, sm90).value_or("").find("tail is an mma 91 option"), std::string::npos);
 }
 
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
