@@ -369,7 +369,8 @@ class AttnBwdFused : public GradStage {
         // Searched only where named (session 23).
         {"unit_group", {1}, "mma 91: (kv head, batch) pairs per section of the block order; inside a section key block 0 "
                             "(causal: the heaviest) of every pair goes first, then key block 1..."},
-        // Searched only where named (session 36: built, not yet run on a GPU).
+        // Searched only where named (session 37, one H200: d128 b2 h16 8k non-causal -1.0 to -1.5 %, causal and GQA
+        // within their noise; docs/NOTES.md).
         {"tail", {1}, "mma 91, dq_order 1: 1 = every block runs whole; 2 = the blocks of the last partial wave run as 2 or 3 "
                       "pieces over their items each (the launch plans it from the SM count), the last piece of a block "
                       "adding the others' fp32 dK, dV partials"},
