@@ -9,9 +9,16 @@ cd "$(dirname "$0")/.."
 cmake --build build -j "$(nproc)" >/dev/null
 rm -rf .gpu && mkdir -p .gpu/bin/lib
 cp build/harness/cli/flashtune .gpu/bin/
-# The GPU test binaries (CI runs the CPU ones); FT_PACK_ALL_TESTS=1 packs every test binary (past 64 MiB).
+# The GPU test binaries (CI runs the CPU ones); FT_PACK_ALL_TESTS=1 packs every test binary (past 64 MiB);
+# FT_PACK_TESTS="attn_bwd_gpu_test cli_gpu_test ..." only those (a call's carry holds 64 MiB in all).
 if [ -n "${FT_PACK_ALL_TESTS:-}" ]; then
   find build/tests -type f -name '*_test' -perm -u+x -exec cp {} .gpu/bin/ \;
+elif [ -n "${FT_PACK_TESTS:-}" ]; then
+  for t in $FT_PACK_TESTS; do
+    f=$(find build/tests -type f -name "$t" -perm -u+x | head -1)
+    [ -n "$f" ] || { echo "gpu_pack: FT_PACK_TESTS names $t, which build/tests does not have" >&2; exit 2; }
+    cp "$f" .gpu/bin/
+  done
 else
   find build/tests -type f \( -name '*gpu*_test' -o -name 'gpu_*_test' \) -perm -u+x -exec cp {} .gpu/bin/ \;
 fi
@@ -28,4 +35,9 @@ for b in .gpu/bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \//{print $1" "
 cp build/runtime/libflashtune_runtime.so .gpu/bin/lib/ && strip --strip-debug .gpu/bin/lib/libflashtune_runtime.so
 pwd > .gpu/source_dir.txt  # tests find experiments/ through this absolute path (FT_SOURCE_DIR)
 du -sh .gpu | awk '{print "packed .gpu/: " $1}'
+mib=$(( $(du -sb .gpu | awk '{print $1}') / 1048576 ))
+if [ "$mib" -ge 60 ]; then
+  echo "gpu_pack: .gpu/ holds $mib MiB, near or past a call's 64 MiB carry (with the cubin cache and anything else" \
+       "carried): FT_PACK_TESTS=\"attn_bwd_gpu_test ...\" packs only the test binaries the call runs" >&2
+fi
 ls .gpu/bin/lib
