@@ -58,6 +58,9 @@ std::int64_t tail_workspace(const Shape& s) {
   return blocks * (kTailThreads + 1) + 4 + blocks * kTailMaxParts * kTailThreads * s.head_dim;
 }
 
+// Key tiles of block_n keys per (kv head, batch): the pass's blocks per pair.
+std::int64_t key_blocks(const BwdConfig& c, const Shape& s) { return (s.seq_k + c.block_n - 1) / c.block_n; }
+
 // floor(a / b), b > 0.
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
 
@@ -135,7 +138,7 @@ class FusedWgmma final : public GradVariant {
   }
   // One block per key tile, per kv head.
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits&) const override {
-    return grad_launch((s.seq_k + c.block_n - 1) / c.block_n, s.heads_kv, c, s, smem_bytes(c, s));
+    return grad_launch(key_blocks(c, s), s.heads_kv, c, s, smem_bytes(c, s));
   }
 
  private:
@@ -196,13 +199,12 @@ class FusedTma final : public GradVariant {
   // One block per key tile, per kv head; the producer's 128 threads on top. tail 2: a 1-D grid, the blocks in launch
   // order, then the last partial wave's blocks' further pieces (tail_parts - 1 of each).
   LaunchShape launch_shape(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
-    const std::int64_t blocks = (s.seq_k + c.block_n - 1) / c.block_n * s.heads_kv * s.batch;
-    const std::int64_t parts = c.tail == 2 ? tail_parts(blocks, std::int64_t(d.num_sms) * c.min_blocks) : 1;
-    LaunchShape l = grad_launch((s.seq_k + c.block_n - 1) / c.block_n, s.heads_kv, c, s, smem_bytes(c, s));
+    const std::int64_t blocks = key_blocks(c, s) * s.heads_kv * s.batch, slots = std::int64_t(d.num_sms) * c.min_blocks;
+    const std::int64_t parts = c.tail == 2 ? tail_parts(blocks, slots) : 1;
+    LaunchShape l = grad_launch(key_blocks(c, s), s.heads_kv, c, s, smem_bytes(c, s));
     l.block[0] += 128;
     if (parts > 1) {
-      const std::int64_t r = blocks % (std::int64_t(d.num_sms) * c.min_blocks);
-      l.grid[0] = unsigned(blocks + r * (parts - 1)), l.grid[1] = 1, l.grid[2] = 1;
+      l.grid[0] = unsigned(blocks + blocks % slots * (parts - 1)), l.grid[1] = 1, l.grid[2] = 1;
       l.tail_parts = unsigned(parts);
     }
     return l;
@@ -330,7 +332,7 @@ class AttnBwdFused : public GradStage {
     // mma 91 with deterministic dQ: each piece's first writer stores it; only the counters after the accumulator
     // start at 0.
     // The split tail (launch_shape's tail_parts): its first block in launch order; its counters after the others.
-    const std::int64_t parts = env.shape.tail_parts, blocks = (s.seq_k + c.block_n - 1) / c.block_n * s.heads_kv * s.batch;
+    const std::int64_t parts = env.shape.tail_parts, blocks = key_blocks(c, s) * s.heads_kv * s.batch;
     const std::int64_t split = parts > 1 ? (std::int64_t(env.shape.grid[0]) - blocks) / (parts - 1) : 0;
     const std::int64_t skip = c.mma == 91 && c.dq_order == 2 ? acc_elements(s) : 0;
     cuda::fill_u32(env.buffers.at(kFusedAcc) + CUdeviceptr(4 * skip),
