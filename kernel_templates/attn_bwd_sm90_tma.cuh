@@ -23,7 +23,10 @@
 // The producer's warps 2 and 3 are the dQ writers (FlashAttention-3's layout): warp 2 + (piece % 2) waits for a
 // piece's "dq full", adds it into the fp32 accumulator p.ws by one bulk reduce-add (cp.reduce.async.bulk add.f32,
 // lane 0) and frees the buffer ("dq empty") once the add has read it, so the consumers go on to the next item
-// while the add runs.
+// while the add runs. "dq full" and "dq empty" are named barriers (5 + piece, 5 + kDqPieces + piece) of warpgroup
+// 0's 128 threads and the writer warp's 32, as FlashAttention-4 hands its dQ over: no mbarrier phases, no spin
+// loops, fewer writer registers (spills 48 -> 20 B at d128). Session 38, one H200, against mbarriers in the same
+// call: d128 non-causal -0.7 to -1.1 %, causal -1.1 to -1.4 %, Llama / d64 within their noise (docs/NOTES.md).
 //
 // dQ's order: with kDeterministic off, the adds into a row block land in whatever order the blocks reach it. With
 // it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
@@ -72,8 +75,9 @@
 // Shared memory (FtAttnSmem::bwd_tma), from the first 1024-byte boundary: K, V (kBlockN x kHeadDim each, 64-column
 // slabs), kStages x [Q | dO | LSE | D] (each rounded up to 1 KiB), two dS^T tiles (kBlockN x kBlockM, 64-query
 // slabs), the dQ staging tile (kBlockM x kHeadDim floats, pieces in the accumulator's order), the mbarriers: K / V
-// full, per stage full and empty, per dQ piece full and empty. Named barriers 1, 2: dS^T buffer 0, 1 full (both
-// warpgroups' rows in; with one consumer warpgroup, barrier 1 is its four warps'); 3, 4: buffer 0, 1 free.
+// full, per stage full and empty. Named barriers 1, 2: dS^T buffer 0, 1 full (both warpgroups' rows in; with one
+// consumer warpgroup, barrier 1 is its four warps'); 3, 4: buffer 0, 1 free; 5.. per dQ piece staged, then per
+// piece free (the writers, above).
 #pragma once
 
 #include "attn_params.cuh"
@@ -96,6 +100,12 @@
 template <int kHeadDim, typename T>
 __device__ __forceinline__ int* ft_bwd_dq_counters(const FtAttnBwdParams<T>& p, long long n_rb) {
   return reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
+}
+// The per-pair counters after the turns (`turns`: ft_bwd_dq_counters' base): one per (batch, kv head), its blocks'
+// finished dQ writers.
+template <int kHeadDim, typename T>
+__device__ __forceinline__ int* ft_bwd_pair_counters(int* turns, const FtAttnBwdParams<T>& p, long long n_rb) {
+  return turns + static_cast<long long>(p.batch) * p.heads_q * n_rb * (kHeadDim / 64);
 }
 
 // kStoredFirst (deterministic dQ): the accumulator was not zeroed, each piece's turn-0 writer stored it; a piece
@@ -139,8 +149,7 @@ __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
 template <int kHeadDim, typename T>
 __device__ __forceinline__ int* ft_bwd_tail_counters(const FtAttnBwdParams<T>& p) {
   const long long n_rb = (p.seq_q + 63) / 64;
-  return ft_bwd_dq_counters<kHeadDim>(p, n_rb) + static_cast<long long>(p.batch) * p.heads_q * n_rb * (kHeadDim / 64) +
-         p.batch * p.heads_kv;
+  return ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim>(p, n_rb), p, n_rb) + p.batch * p.heads_kv;
 }
 
 // A split block's piece ends here: each consumer thread leaves its partial dK, dV (kHeadDim floats) in the
@@ -203,12 +212,15 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kDqWriters = kDqPieces < 2 ? kDqPieces : 2,  // producer warps 2, 3
     kRealloc = FtWarpRoleRegs::realloc(kConsumers, kMinBlocks),
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
+    kBarDqFull = 5,                     // named barriers 5.. per dQ piece: staged (warpgroup 0 + its writer warp)
+    kBarDqEmpty = kBarDqFull + kDqPieces,  // then per piece: the writer's add has read the buffer
   };
+  static_assert(kBarDqEmpty + kDqPieces <= 16, "16 named barriers");
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   static_assert(kDqPieces == FtAttnSmem::bwd_tma_dq_pieces(kHeadDim, kBlockM, kBlockN), "the host's dQ pieces");
   static_assert(FtAttnSmem::bwd_tma(kHeadDim, kBlockM, kBlockN, kStages) ==
                     1024 + 2LL * kKvBytes + 1LL * kStages * kStageBytes + 2LL * kDsBytes + 4LL * kBlockM * kHeadDim +
-                        8LL * (1 + 2 * kStages + 2 * kDqPieces),
+                        8LL * (1 + 2 * kStages),
                 "the host's shared memory size is this layout's");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
@@ -217,7 +229,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     // finished its dQ adds (each writer warp counts itself once its adds are complete, see the writers).
     if (threadIdx.x == 0) {
       const long long n_rb = (p.seq_q + 63) / 64;
-      const int* done = ft_bwd_dq_counters<kHeadDim>(p, n_rb) + p.batch * p.heads_q * n_rb * (kHeadDim / 64) +
+      const int* done = ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim>(p, n_rb), p, n_rb) +
                         blockIdx.z * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv);
       ft_wait_turn(done, kDqWriters * ((p.seq_k + kBlockN - 1) / kBlockN));
     }
@@ -240,8 +252,6 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   auto full = [&](int st) { return bars + 8u * unsigned(1 + st); };
   auto empty = [&](int st) { return bars + 8u * unsigned(1 + kStages + st); };
   auto stage = [&](int st) { return smem_stages + unsigned(st * kStageBytes); };
-  auto dq_full = [&](int piece) { return bars + 8u * unsigned(1 + 2 * kStages + piece); };
-  auto dq_empty = [&](int piece) { return bars + 8u * unsigned(1 + 2 * kStages + kDqPieces + piece); };
   auto staged = [&](int piece) { return smem_dq + unsigned(piece * kPieceFloats * 4); };
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -251,9 +261,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   // only ever follows blocks of its pair with lower key blocks (deterministic dQ's turns rely on it).
   // Split tail (tp.tail_parts > 1): launch index tail_first + j n + t is piece j of split block t.
   const int n_kb = (p.seq_k + kBlockN - 1) / kBlockN, n_pairs = p.heads_kv * p.batch;
+  const int n_tail = n_kb * n_pairs - tp.tail_first;  // split blocks (with tp.tail_parts > 1)
   int lin = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), tail = -1, part = 0;
   if (tp.tail_parts > 1 && lin >= tp.tail_first) {
-    const int n_tail = n_kb * n_pairs - tp.tail_first;
     tail = (lin - tp.tail_first) % n_tail;
     part = (lin - tp.tail_first) / n_tail;
     lin = tp.tail_first + tail;
@@ -281,10 +291,6 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     for (int st = 0; st < kStages; ++st) {
       ft_mbarrier_init(full(st), 1 + 32);  // the TMA thread (with the bytes) and the LSE / D warp
       ft_mbarrier_init(empty(st), 128 * kConsumers);  // every consumer thread, after its last read of the stage
-    }
-    for (int piece = 0; piece < kDqPieces; ++piece) {
-      ft_mbarrier_init(dq_full(piece), 128);  // the owning consumer warpgroup's threads, after their stores
-      ft_mbarrier_init(dq_empty(piece), 1);   // the writer, once the add has read the buffer
     }
     ft_fence_mbarrier_init();
   }
@@ -343,12 +349,13 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         int turn = 0;  // the earlier key blocks' adds into this tile (the whole warp counts them)
         if constexpr (kDeterministic) turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, n_block, m0 / kBlockM);
         for (int piece = warp - 2; piece < kDqPieces; piece += 2) {
+          ft_named_barrier_sync(kBarDqFull + piece, 128 + 32);  // the piece is staged (warpgroup 0 arrives)
+          const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
+          int* counter = nullptr;
           if (lane == 0) {
-            const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
             const long long acc_block = (static_cast<long long>(b) * p.heads_q + h) * n_rb + m0 / 64 + rb;
-            ft_mbarrier_wait(dq_full(piece), unsigned(i) & 1u);
             if (m0 / 64 + rb < n_rb) {  // rows past seq_q (block_m 128): nothing to add
-              int* const counter = turns + acc_block * (kHeadDim / 64) + chunk;
+              counter = turns + acc_block * (kHeadDim / 64) + chunk;
               float* const dst = p.ws + acc_block * (64LL * kHeadDim) + chunk * kPieceFloats;
               if constexpr (kDeterministic) {
                 ft_wait_turn(counter, turn);
@@ -359,17 +366,17 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
               else ft_bulk_reduce_add_f32(dst, staged(piece), unsigned(kPieceFloats * 4));
               ft_bulk_commit();
               ft_bulk_wait_read<0>();
-              ft_mbarrier_arrive(dq_empty(piece));
-              if constexpr (kDeterministic) {
-                ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
-                ft_fence_proxy_async_global();
-                ft_pass_turn(counter);
-              }
-            } else {
-              ft_mbarrier_arrive(dq_empty(piece));
             }
           }
           __syncwarp();
+          if (i + 1 < n_items) ft_named_barrier_arrive(kBarDqEmpty + piece, 128 + 32);  // the buffer is free
+          if constexpr (kDeterministic) {
+            if (lane == 0 && counter != nullptr) {
+              ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
+              ft_fence_proxy_async_global();
+              ft_pass_turn(counter);
+            }
+          }
         }
       }
       // The adds are complete before the block's shared memory goes; then the writer counts itself done in its pair's
@@ -377,12 +384,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       if (lane == 0) {
         ft_bulk_wait<0>();
         ft_fence_proxy_async_global();
-        int* const pair_done = turns + p.batch * p.heads_q * n_rb * (kHeadDim / 64) + b * p.heads_kv + h_kv;
+        int* const pair_done = ft_bwd_pair_counters<kHeadDim>(turns, p, n_rb) + b * p.heads_kv + h_kv;
         if (tail < 0) {
           ft_pass_turn(pair_done);
         } else {  // a split block's pieces: the last of their writers counts the block's kDqWriters for all of them
           int* const pieces_done = ft_bwd_tail_counters<kHeadDim>(p) +
-                                   static_cast<long long>(n_kb * n_pairs - tp.tail_first) * 128 * kConsumers + tail;
+                                   static_cast<long long>(n_tail) * 128 * kConsumers + tail;
           __threadfence();
           if (atomicAdd(pieces_done, 1) == tp.tail_parts * kDqWriters - 1) {
             __threadfence();
@@ -462,8 +469,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
         ft_fence_regs<kDqN / 2>(dq);
         // Stage the piece in accumulator order once the writer's add of the previous item has read the buffer,
-        // then hand it to the writer (every item stages every piece, rows past seq_q too: the phases stay i & 1).
-        if (i > 0) ft_mbarrier_wait(dq_empty(piece), unsigned(i - 1) & 1u);
+        // then hand it to the writer (every item stages every piece, rows past seq_q too: each barrier's use pairs 128 + 32
+        // threads, the writer freeing the buffer after every item but the last).
+        if (i > 0) ft_named_barrier_sync(kBarDqEmpty + piece, 128 + 32);
 #pragma unroll
         for (int nt = 0; nt < kDqN / 8; ++nt) {
           const unsigned at_f = unsigned(128 * ((warp % 4) * (kDqN / 8) + nt) + 4 * lane);
@@ -472,7 +480,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
                        : "memory");
         }
         ft_fence_proxy_async();  // the stores, read next by the bulk add (async proxy)
-        ft_mbarrier_arrive(dq_full(piece));
+        ft_named_barrier_arrive(kBarDqFull + piece, 128 + 32);
       }
       // Warpgroup 0: the item's dQ has completed (the piece loop's waits), its dS^T buffer is free for item i + 2.
       if (kConsumers == 2 && cw == 0 && i + 2 < n_items) ft_named_barrier_arrive(3 + (i & 1), 256);
@@ -483,7 +491,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_mbarrier_arrive(empty(st));  // Q, dO, LSE, D of the stage: this thread's reads are done
     }
     // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
-    if (tail < 0 || ft_bwd_tail_combine<kHeadDim>(dk_acc, dv_acc, p, n_kb * n_pairs - tp.tail_first, tail, part, tp.tail_parts,
+    if (tail < 0 || ft_bwd_tail_combine<kHeadDim>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
                                                    threadIdx.x - 128, 128 * kConsumers))
       ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
   }

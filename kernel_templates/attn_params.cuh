@@ -185,13 +185,14 @@ struct FtAttnSmem {
   }
   // attn_bwd_fused_tma_kernel: from the first 1024-byte boundary the K and V tiles, `stages` x (Q, dO, LSE, D)
   // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd: its pieces), then the
-  // mbarriers (8 bytes each): K / V full, per stage full, per stage empty, per dQ piece full, per dQ piece empty.
+  // mbarriers (8 bytes each): K / V full, per stage full, per stage empty (the dQ pieces' hand-over is by named
+  // barriers).
   static constexpr FT_HOST_DEVICE int bwd_tma_dq_pieces(int hd, int bm, int bn) {
     return bm / 64 * FtBwdDqSplit::split(hd, bm, bn / 64);
   }
   static constexpr FT_HOST_DEVICE long long bwd_tma(int hd, int bm, int bn, int stages) {
     return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd +
-           8LL * (1 + 2 * stages + 2 * bwd_tma_dq_pieces(hd, bm, bn));
+           8LL * (1 + 2 * stages);
   }
   // attn_bwd_fused_sweep_tma_kernel (slots consumer warpgroups, head_dim 64, 64-row tiles): from the first 1024-byte
   // boundary two (K, V) buffers per slot (8 KiB tiles), `stages` x (Q, dO, [O,] LSE, D) each rounded up to 1 KiB,

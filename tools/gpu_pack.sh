@@ -24,7 +24,7 @@ else
 fi
 strip --strip-debug .gpu/bin/* 2>/dev/null || true
 # Shared libraries that are neither the C/C++ runtime nor CUDA's: copy them beside the binaries.
-for b in .gpu/bin/*; do [ -f "$b" ] && ldd "$b"; done | awk '/=> \//{print $1" "$3}' | sort -u |
+for b in .gpu/bin/*; do if [ -f "$b" ]; then ldd "$b"; fi; done | awk '/=> \//{print $1" "$3}' | sort -u |
   while read -r name path; do
     case "$name" in
       libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*|libcuda.so*|libnvrtc*|libcublas*|libcudart*) ;;
