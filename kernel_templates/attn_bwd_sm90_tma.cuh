@@ -376,6 +376,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
               ft_fence_proxy_async_global();
               ft_pass_turn(counter);
             }
+            __syncwarp();  // the warp converged again before the next piece's bar.sync (an aligned barrier)
           }
         }
       }
