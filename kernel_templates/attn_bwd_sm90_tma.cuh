@@ -214,6 +214,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
     kBarDqFull = 5,                     // named barriers 5.. per dQ piece: staged (warpgroup 0 + its writer warp)
     kBarDqEmpty = kBarDqFull + kDqPieces,  // then per piece: the writer's add has read the buffer
+    kDqBarThreads = 128 + 32,              // each of them: warpgroup 0's threads and the piece's writer warp
   };
   static_assert(kBarDqEmpty + kDqPieces <= 16, "16 named barriers");
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
@@ -349,7 +350,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         int turn = 0;  // the earlier key blocks' adds into this tile (the whole warp counts them)
         if constexpr (kDeterministic) turn = ft_bwd_blocks_before<kBlockM, kBlockN>(mask, p.seq_k, n_block, m0 / kBlockM);
         for (int piece = warp - 2; piece < kDqPieces; piece += 2) {
-          ft_named_barrier_sync(kBarDqFull + piece, 128 + 32);  // the piece is staged (warpgroup 0 arrives)
+          ft_named_barrier_sync(kBarDqFull + piece, kDqBarThreads);  // the piece is staged (warpgroup 0 arrives)
           const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
           int* counter = nullptr;
           if (lane == 0) {
@@ -369,7 +370,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
             }
           }
           __syncwarp();
-          if (i + 1 < n_items) ft_named_barrier_arrive(kBarDqEmpty + piece, 128 + 32);  // the buffer is free
+          if (i + 1 < n_items) ft_named_barrier_arrive(kBarDqEmpty + piece, kDqBarThreads);  // the buffer is free
           if constexpr (kDeterministic) {
             if (lane == 0 && counter != nullptr) {
               ft_bulk_wait<0>();  // the add is complete in global memory before the next block's turn
@@ -470,9 +471,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
         ft_fence_regs<kDqN / 2>(dq);
         // Stage the piece in accumulator order once the writer's add of the previous item has read the buffer,
-        // then hand it to the writer (every item stages every piece, rows past seq_q too: each barrier's use pairs 128 + 32
-        // threads, the writer freeing the buffer after every item but the last).
-        if (i > 0) ft_named_barrier_sync(kBarDqEmpty + piece, 128 + 32);
+        // then hand it to the writer (every item stages every piece, rows past seq_q too: each use of a barrier
+        // pairs kDqBarThreads threads, the writer freeing the buffer after every item but the last).
+        if (i > 0) ft_named_barrier_sync(kBarDqEmpty + piece, kDqBarThreads);
 #pragma unroll
         for (int nt = 0; nt < kDqN / 8; ++nt) {
           const unsigned at_f = unsigned(128 * ((warp % 4) * (kDqN / 8) + nt) + 4 * lane);
@@ -481,7 +482,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
                        : "memory");
         }
         ft_fence_proxy_async();  // the stores, read next by the bulk add (async proxy)
-        ft_named_barrier_arrive(kBarDqFull + piece, 128 + 32);
+        ft_named_barrier_arrive(kBarDqFull + piece, kDqBarThreads);
       }
       // Warpgroup 0: the item's dQ has completed (the piece loop's waits), its dS^T buffer is free for item i + 2.
       if (kConsumers == 2 && cw == 0 && i + 2 < n_items) ft_named_barrier_arrive(3 + (i & 1), 256);
