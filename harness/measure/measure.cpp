@@ -65,7 +65,12 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
     }
   }
 
-  std::vector<cuda::Event> starts(kMaxBatch), stops(kMaxBatch);
+  // Samples back-to-back: batch j + 1 is enqueued before the host waits for batch j, so the GPU does not idle
+  // between batches for the host's synchronize (or, in the Python peers' copy of this loop, for a library's host
+  // time to enqueue its call: docs/NOTES.md session 38). Under a power cap an idle gap before a sample raises its
+  // clock; back-to-back samples run in the steady state a training loop sees. The batch still in flight when the
+  // loop stops is waited for and dropped.
+  std::vector<cuda::Event> starts(2 * kMaxBatch), stops(2 * kMaxBatch);
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(std::min(max_samples, 4096)));
   double total_ms = 0;
@@ -74,38 +79,50 @@ core::Timing measure(const std::function<void(CUstream)>& launch, cuda::Stream& 
   std::optional<cuda::ClockSampler> sampler;
   if (clocks) sampler.emplace(*clocks);
 
-  while (true) {
-    const int k = std::min(batch, max_samples - static_cast<int>(samples.size()));
+  const auto enqueue = [&](int slot, int k) {  // k samples into events [slot kMaxBatch, slot kMaxBatch + k)
     for (int i = 0; i < k; ++i) {
       if (prepare) prepare(st);
       if (flusher) flusher->flush(st);
-      starts[i].record(st);
+      starts[slot * kMaxBatch + i].record(st);
       launch(st);
-      stops[i].record(st);
+      stops[slot * kMaxBatch + i].record(st);
     }
-    if (watchdog) watchdog->wait([&] { return stops[k - 1].query(); }, k, "a batch of " + std::to_string(k) + " sample(s)");
-    else stops[k - 1].synchronize();
+  };
+  const auto wait_for = [&](int slot, int k) {
+    cuda::Event& last = stops[slot * kMaxBatch + k - 1];
+    if (watchdog) watchdog->wait([&] { return last.query(); }, k, "a batch of " + std::to_string(k) + " sample(s)");
+    else last.synchronize();
+  };
+  int slot = 0, k = std::min(batch, max_samples);
+  enqueue(slot, k);
+  while (true) {
+    // The next batch, sized by the samples read so far, goes in before this one is waited for.
+    const int next_k = std::min(batch, max_samples - static_cast<int>(samples.size()) - k);
+    if (next_k > 0) enqueue(1 - slot, next_k);
+    wait_for(slot, k);
     for (int i = 0; i < k; ++i) {
-      const double ms = cuda::Event::elapsed_ms(starts[i], stops[i]);
+      const double ms = cuda::Event::elapsed_ms(starts[slot * kMaxBatch + i], stops[slot * kMaxBatch + i]);
       samples.push_back(ms);
       total_ms += ms;
     }
 
     const int n = static_cast<int>(samples.size());
     const core::Timing now = summarize(samples);
-    if (n >= min_samples && total_ms * 1e-3 >= s.min_time_s && now.rel_stdev < s.noise_target) {
-      converged = true;
-      break;
-    }
-    if (n >= max_samples) break;
-    if (std::chrono::duration<double>(Clock::now() - wall_start).count() > s.max_time_s) break;
-    if (early_exit && early_exit->incumbent_ms > 0 && n >= early_exit_after &&
-        now.median_ms > early_exit->factor * early_exit->incumbent_ms) {
-      stopped_early = true;
+    bool stop = false;
+    if (n >= min_samples && total_ms * 1e-3 >= s.min_time_s && now.rel_stdev < s.noise_target) converged = stop = true;
+    else if (n >= max_samples) stop = true;
+    else if (std::chrono::duration<double>(Clock::now() - wall_start).count() > s.max_time_s) stop = true;
+    else if (early_exit && early_exit->incumbent_ms > 0 && n >= early_exit_after &&
+             now.median_ms > early_exit->factor * early_exit->incumbent_ms)
+      stopped_early = stop = true;
+    if (stop) {
+      if (next_k > 0) wait_for(1 - slot, next_k);  // the batch in flight: waited for (the stream is idle after), dropped
       break;
     }
     const double mean_ms = total_ms / n;
     batch = std::clamp(static_cast<int>(kBatchTargetMs / std::max(mean_ms, 1e-3)), 1, kMaxBatch);
+    slot = 1 - slot;
+    k = next_k;
   }
 
   core::Timing t = summarize(std::move(samples));

@@ -1,8 +1,8 @@
 """python/flashtune/_timing.py: timing of one CUDA call the way harness/measure does it, for the peers.
 
 Warm-up, an optional L2 flush before each sample (cold), CUDA events around each sample, samples enqueued in
-small batches, and noise-based stopping within a budget (harness/measure/measure.cpp); the statistics of
-harness/measure/stats.cpp. The settings and statistics are pure Python (tested on the CPU); measure() imports
+small batches back-to-back (the next batch in before the host waits for this one), and noise-based stopping within
+a budget (harness/measure/measure.cpp); the statistics of harness/measure/stats.cpp. The settings and statistics are pure Python (tested on the CPU); measure() imports
 torch when called.
 """
 import math
@@ -227,25 +227,38 @@ def measure(launch, s, flusher=None, clocks=None):
             untimed()
         torch.cuda.synchronize()
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(MAX_BATCH)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(MAX_BATCH)]
+    # Samples back-to-back (measure.cpp): batch j + 1 is enqueued before the host waits for batch j, so a peer's host
+    # time to enqueue its call (FlashAttention-4's backward: 0.64-0.90 ms, docs/NOTES.md session 38) hides behind
+    # the sample before it when it is shorter than the call's kernels. The batch in flight at the stop is dropped.
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(2 * MAX_BATCH)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(2 * MAX_BATCH)]
     samples = []
     batch = 1  # the first sample alone tells how long the call takes
     sampler = ClockSampler(clocks) if clocks is not None else None
-    while True:
-        k = min(batch, max_samples - len(samples))
+
+    def enqueue(slot, k):
         for i in range(k):
             if flusher:
                 flusher.flush()
-            starts[i].record()
+            starts[slot * MAX_BATCH + i].record()
             launch()
-            stops[i].record()
-        stops[k - 1].synchronize()
-        samples.extend(starts[i].elapsed_time(stops[i]) for i in range(k))
+            stops[slot * MAX_BATCH + i].record()
+
+    slot, k = 0, min(batch, max_samples)
+    enqueue(slot, k)
+    while True:
+        next_k = min(batch, max_samples - len(samples) - k)
+        if next_k > 0:
+            enqueue(1 - slot, next_k)
+        stops[slot * MAX_BATCH + k - 1].synchronize()
+        samples.extend(starts[slot * MAX_BATCH + i].elapsed_time(stops[slot * MAX_BATCH + i]) for i in range(k))
         reason = stop_reason(samples, time.perf_counter() - wall0, s)
         if reason:
+            if next_k > 0:
+                stops[(1 - slot) * MAX_BATCH + next_k - 1].synchronize()
             break
         batch = next_batch(samples)
+        slot, k = 1 - slot, next_k
     t = summarize(samples)
     if sampler is not None:
         t.update(sampler.stop())

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 from flashtune import _reference as ref
@@ -242,6 +243,64 @@ class Stats(unittest.TestCase):
         self.assertEqual(timing.next_batch([0.01]), timing.MAX_BATCH)
         self.assertEqual(timing.next_batch([5.0]), 1)
         self.assertEqual(timing.next_batch([0.5]), 4)
+
+    def test_measure_enqueues_the_next_batch_before_waiting(self):
+        # measure() with a stand-in torch: every event records the order of what was enqueued; a batch's last stop
+        # event is waited for only after the next batch is in (back-to-back samples, docs/NOTES.md session 38).
+        log = []
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                log.append(("record", self))
+
+            def synchronize(self):
+                log.append(("wait", self))
+
+            def elapsed_time(self, other):
+                return 3.0  # [ms]
+
+        cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: log.append(("sync", None)))
+        fake = types.SimpleNamespace(cuda=cuda)
+        launches = []
+        saved = sys.modules.get("torch")
+        sys.modules["torch"] = fake
+        try:
+            s = timing.MeasureSettings(warmup=2, min_samples=5, max_samples=7, noise_target=0.0, max_time_s=60.0)
+            t = timing.measure(lambda: (launches.append(len(log)), log.append(("launch", None))), s)
+        finally:
+            if saved is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved
+        self.assertEqual(len(t["samples_ms"]), 7)  # max_samples (noise target 0 never met)
+        self.assertEqual(len(launches), 2 + 7)     # the warm-up, then the samples; no batch left over at max_samples
+        waits = [i for i, (what, _) in enumerate(log) if what == "wait"]
+        launch_at = [i for i, (what, _) in enumerate(log) if what == "launch"]
+        # Batches of one here (3 ms samples): when the host waits for sample j, sample j + 1 is already queued (but
+        # for the last), so the GPU is never left without work while the host waits.
+        for j, w in enumerate(waits):
+            queued = sum(1 for l in launch_at if l < w) - 2  # past the warm-up
+            self.assertEqual(queued, min(j + 2, 7))
+        first_wait = waits[0]
+        self.assertEqual(sum(1 for l in launch_at if l < first_wait), 2 + 2)  # warm-up, sample 1 and sample 2 queued
+
+        # Stopped by convergence: the batch in flight is waited for and dropped.
+        log.clear(), launches.clear()
+        sys.modules["torch"] = fake
+        try:
+            s = timing.MeasureSettings(warmup=0, min_samples=3, max_samples=50, noise_target=0.5, min_time_s=0.0)
+            t = timing.measure(lambda: (launches.append(len(log)), log.append(("launch", None))), s)
+        finally:
+            if saved is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved
+        self.assertEqual(len(t["samples_ms"]), 3)
+        self.assertGreater(len(launches), 3)          # a batch beyond the stop was in flight
+        self.assertEqual(log[-1][0], "wait")          # and was waited for before measure() returned
 
     def test_clock_polls_summary(self):
         self.assertEqual(timing.summarize_polls([]), {})

@@ -4,6 +4,7 @@
 // process; the test then checks that a fresh process works). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "harness/cuda/buffer.hpp"
@@ -277,6 +279,34 @@ TEST_F(CudaGpu, ClockProbeReadsTheSmClockWhileSamplesRun) {
               100 * *t.power_capped);
   const core::Timing without = measure::measure([&](CUstream st) { launch_spin(k, st, 20'000, done); }, stream, s, nullptr);
   EXPECT_FALSE(without.sm_clock_mhz);  // no probe, no clock
+}
+
+// Samples run back-to-back: batch j + 1 is enqueued before the host waits for batch j, so host time spent before each
+// launch (a Python library enqueueing its kernels: docs/NOTES.md session 38) is hidden behind the previous sample
+// as long as it is shorter than the kernel. A ~2 ms kernel behind 1 ms of host time per launch must time as the
+// kernel alone (the loop that synchronized after every batch of one timed it ~1 ms longer).
+TEST_F(CudaGpu, MeasureHidesHostTimeShorterThanTheKernel) {
+  const Kernel k = load("spin");
+  cuda::DeviceBuffer done(sizeof(int));
+  cuda::Stream stream;
+  core::MeasureSettings s;
+  s.warmup = 2;
+  s.min_samples = s.max_samples = 15;
+  s.noise_target = 0;
+  s.max_time_s = 30;
+  measure::L2Flusher flusher(m_info.l2_bytes);
+  constexpr long long kCycles = 4'000'000;  // ~2 ms at 2 GHz
+  const core::Timing plain = measure::measure([&](CUstream st) { launch_spin(k, st, kCycles, done); }, stream, s, &flusher);
+  const core::Timing slow_host = measure::measure(
+      [&](CUstream st) {
+        std::this_thread::sleep_for(std::chrono::microseconds(1000));
+        launch_spin(k, st, kCycles, done);
+      },
+      stream, s, &flusher);
+  std::printf("spin kernel: median %.4f ms, with 1 ms of host time per launch %.4f ms\n", plain.median_ms, slow_host.median_ms);
+  ASSERT_GT(plain.median_ms, 1.2);  // the host time must be shorter than the kernel for the test to mean anything
+  EXPECT_LT(slow_host.median_ms, 1.1 * plain.median_ms);
+  EXPECT_EQ(slow_host.samples_ms.size(), 15u);
 }
 
 TEST_F(CudaGpu, CopyBandwidthIsPositiveAndPlausible) {
