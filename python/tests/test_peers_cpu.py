@@ -265,16 +265,19 @@ class Stats(unittest.TestCase):
         cuda = types.SimpleNamespace(Event=Event, synchronize=lambda: log.append(("sync", None)))
         fake = types.SimpleNamespace(cuda=cuda)
         launches = []
-        saved = sys.modules.get("torch")
-        sys.modules["torch"] = fake
-        try:
-            s = timing.MeasureSettings(warmup=2, min_samples=5, max_samples=7, noise_target=0.0, max_time_s=60.0)
-            t = timing.measure(lambda: (launches.append(len(log)), log.append(("launch", None))), s)
-        finally:
-            if saved is None:
-                del sys.modules["torch"]
-            else:
-                sys.modules["torch"] = saved
+
+        def measure(s):  # timing.measure with the stand-in as torch, launches logged
+            saved = sys.modules.get("torch")
+            sys.modules["torch"] = fake
+            try:
+                return timing.measure(lambda: (launches.append(len(log)), log.append(("launch", None))), s)
+            finally:
+                if saved is None:
+                    del sys.modules["torch"]
+                else:
+                    sys.modules["torch"] = saved
+
+        t = measure(timing.MeasureSettings(warmup=2, min_samples=5, max_samples=7, noise_target=0.0, max_time_s=60.0))
         self.assertEqual(len(t["samples_ms"]), 7)  # max_samples (noise target 0 never met)
         self.assertEqual(len(launches), 2 + 7)     # the warm-up, then the samples; no batch left over at max_samples
         waits = [i for i, (what, _) in enumerate(log) if what == "wait"]
@@ -289,15 +292,7 @@ class Stats(unittest.TestCase):
 
         # Stopped by convergence: the batch in flight is waited for and dropped.
         log.clear(), launches.clear()
-        sys.modules["torch"] = fake
-        try:
-            s = timing.MeasureSettings(warmup=0, min_samples=3, max_samples=50, noise_target=0.5, min_time_s=0.0)
-            t = timing.measure(lambda: (launches.append(len(log)), log.append(("launch", None))), s)
-        finally:
-            if saved is None:
-                del sys.modules["torch"]
-            else:
-                sys.modules["torch"] = saved
+        t = measure(timing.MeasureSettings(warmup=0, min_samples=3, max_samples=50, noise_target=0.5, min_time_s=0.0))
         self.assertEqual(len(t["samples_ms"]), 3)
         self.assertGreater(len(launches), 3)          # a batch beyond the stop was in flight
         self.assertEqual(log[-1][0], "wait")          # and was waited for before measure() returned

@@ -89,6 +89,16 @@ class CudaGpu : public testing::Test {
   std::optional<cuda::Context> m_ctx;
 };
 
+// Exactly n samples after `warmup` launches: no noise stop (target 0), a wall-time budget far above the need.
+core::MeasureSettings fixed_samples(int n, int warmup) {
+  core::MeasureSettings s;
+  s.warmup = warmup;
+  s.min_samples = s.max_samples = n;
+  s.noise_target = 0;
+  s.max_time_s = 30;
+  return s;
+}
+
 }  // namespace
 
 TEST_F(CudaGpu, BufferRoundTripsAndFills) {
@@ -263,11 +273,7 @@ TEST_F(CudaGpu, ClockProbeReadsTheSmClockWhileSamplesRun) {
   const Kernel k = load("spin");
   cuda::DeviceBuffer done(sizeof(int));
   cuda::Stream stream;
-  core::MeasureSettings s;
-  s.warmup = 1;
-  s.min_samples = s.max_samples = 20;
-  s.noise_target = 0;
-  s.max_time_s = 30;
+  const core::MeasureSettings s = fixed_samples(20, 1);
   const core::Timing t = measure::measure([&](CUstream st) { launch_spin(k, st, 4'000'000, done); }, stream, s, nullptr,
                                           std::nullopt, nullptr, {}, probe.get());  // ~40 ms of samples
   ASSERT_TRUE(t.sm_clock_mhz && t.power_capped);
@@ -289,11 +295,7 @@ TEST_F(CudaGpu, MeasureHidesHostTimeShorterThanTheKernel) {
   const Kernel k = load("spin");
   cuda::DeviceBuffer done(sizeof(int));
   cuda::Stream stream;
-  core::MeasureSettings s;
-  s.warmup = 2;
-  s.min_samples = s.max_samples = 15;
-  s.noise_target = 0;
-  s.max_time_s = 30;
+  const core::MeasureSettings s = fixed_samples(15, 2);
   measure::L2Flusher flusher(m_info.l2_bytes);
   constexpr long long kCycles = 4'000'000;  // ~2 ms at 2 GHz
   const core::Timing plain = measure::measure([&](CUstream st) { launch_spin(k, st, kCycles, done); }, stream, s, &flusher);
