@@ -454,9 +454,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // and Q, which dQ does not touch), so that the piece is staged while dK runs. dV (issued before the barrier)
       // and the piece complete at the first wait; dK, and with it the stage's last read, at the next full wait.
       bool dk_issued = false;
-      // Every piece is warpgroup 0's (warpgroup 1 skips the loop).
+      // Every piece is warpgroup 0's (warpgroup 1 skips the loop); the loop's last piece frees the stage.
+      const bool owns_dq = kConsumers == 1 || cw == 0;
 #pragma unroll
-      for (int piece = kConsumers == 1 || cw == 0 ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
+      for (int piece = owns_dq ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
         float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
         float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
@@ -473,8 +474,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         }
         if (piece == kDqPieces - 1) {
           // dK and every piece have completed: the stage (Q, dO, LSE, D) and the item's dS^T buffer are read. Both are
-          // freed here, before the staging waits for the writer (session 39, one H200, against freeing them after the
-          // staging: d64 causal -2.6 to -3.3 %, d128 non-causal -0.3 to -1.9 %, the other d128 shapes -0.5 %).
+          // freed here, before the staging waits for the writer (session 39, two H200s, against freeing them after
+          // the staging: d64 causal -2.5 %, d128 non-causal -0.9 %, d128 causal and Llama at par).
           ft_fence_regs<kHeadDim / 2>(dk_acc);
           ft_mbarrier_arrive(empty(st));
           if (kConsumers == 2 && i + 2 < n_items) ft_named_barrier_arrive(3 + (i & 1), 256);
@@ -498,7 +499,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_wgmma_wait<0>();  // dK (and dV); nothing left in flight for warpgroup 0 (ptxas needs the wait on every path)
       ft_fence_regs<kHeadDim / 2>(dk_acc);
       ft_fence_regs<kHeadDim / 2>(dv_acc);
-      if (kConsumers == 2 && cw == 1) ft_mbarrier_arrive(empty(st));  // its reads of the stage are done
+      if (!owns_dq) ft_mbarrier_arrive(empty(st));  // warpgroup 1: its reads of the stage are done
     }
     // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
     if (tail < 0 || ft_bwd_tail_combine<kHeadDim>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
