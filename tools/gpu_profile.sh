@@ -8,7 +8,9 @@
 # `flashtune peers EXPERIMENT --peers PEER` starts (ncu follows child processes): e.g. FlashAttention-4's backward
 # with KERNEL_REGEX FlashAttentionBackwardSm90 (its wheels carried: source tools/fa4_unpack.sh first), beside
 # flashtune's own kernel profiled from the same experiment (give it one problem: -c 1 takes the first launch).
-# usage: bash tools/gpu_profile.sh EXPERIMENT.yaml KERNEL_REGEX NAME [PEER]
+# The kernel is built from the templates embedded in the packed binary (those of the tree tools/gpu_pack.sh built),
+# or with FT_TEMPLATES=DIR from that folder (`flashtune run --templates DIR`), as an A/B's folders are.
+# usage: [FT_TEMPLATES=DIR] bash tools/gpu_profile.sh EXPERIMENT.yaml KERNEL_REGEX NAME [PEER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 3 ] || [ $# -eq 4 ] || { echo "usage: $0 EXPERIMENT.yaml KERNEL_REGEX NAME [PEER]" >&2; exit 2; }
@@ -22,7 +24,7 @@ db=$(mktemp -d)/profile.sqlite
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section InstructionStats --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters)
 if [ -n "$peer" ]; then cmd=(.gpu/bin/flashtune peers "$exp" --peers "$peer" --db "$db")
-else cmd=(.gpu/bin/flashtune run "$exp" --db "$db"); fi
+else cmd=(.gpu/bin/flashtune run "$exp" --db "$db" ${FT_TEMPLATES:+--templates "$FT_TEMPLATES"}); fi
 "$ncu" "${sections[@]}" --target-processes all -k "regex:$regex" -c 1 --import-source no -o "$out/$name" -f \
   "${cmd[@]}" >"$out/$name.run.log" 2>&1 || { tail -20 "$out/$name.run.log"; exit 1; }
 "$ncu" --import "$out/$name.ncu-rep" --page details >"$out/$name.ncu.txt"

@@ -178,13 +178,15 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   auto pack_a = [&](const float* x) {
     ft_pack_a_tile<T, kBlockM / 8>(af, *reinterpret_cast<const float(*)[kBlockM / 8][4]>(x));
   };
-  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
-  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(dp, v_wg, kv_slab, smem_do, q_slab);  // dP^T, under P^T
   // kColsAhead: LSE and D ahead of the waits at block_m 64 (16 registers each); at 128 (32 each) the registers are
   // not there (the cp.async fused pass at head_dim 64 spilled 124 bytes with them, and the cp.async dK / dV kernel
-  // at head_dim 128, 255 registers without setmaxnreg, 8 bytes with them at block_m 64).
+  // at head_dim 128, 255 registers without setmaxnreg, 8 bytes with them at block_m 64). LSE is read before the
+  // products are issued: read after them, its shared loads queued behind the wgmma and the first exp2 waited on them
+  // (ncu of mma 91 at causal d128, docs/NOTES.md session 40: ~8 % of the kernel's warp samples, short scoreboard).
   FtBwdCols<kBlockM, kColsAhead && kBlockM <= 64> cols;
   cols.load(lse_s, t4);
+  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
+  ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(dp, v_wg, kv_slab, smem_do, q_slab);  // dP^T, under P^T
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
   ft_bwd_probs_t<kBlockM, kBlockN, kLseLog2>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
