@@ -3,7 +3,8 @@
 # kernel of a flashtune experiment with Nsight Compute: the first launch whose name matches KERNEL_REGEX
 # (the validation launch of the first config that compiles; give the experiment one config). Writes
 # NAME.ncu.txt (speed of light, occupancy, launch statistics, warp states, instruction mix, scheduler) and
-# NAME.sass.csv (per-instruction executed counts and stall samples, for the hot loop) under $OUT (or ./gpu-out).
+# NAME.sass.csv (per-instruction executed counts and stall samples, for the hot loop) under $OUT (or ./gpu-out); read
+# them with `python -m flashtune.sass profile NAME.sass.csv [OTHER.sass.csv ...]`.
 # With PEER (a `flashtune peers` name: fa4, sdpa_cudnn, ...), profiles that peer's kernel instead, in the Python child
 # `flashtune peers EXPERIMENT --peers PEER` starts (ncu follows child processes): e.g. FlashAttention-4's backward
 # with KERNEL_REGEX FlashAttentionBackwardSm90 (its wheels carried: source tools/fa4_unpack.sh first), beside

@@ -8,6 +8,13 @@ binaries (`flashtune run Y --compile-only`) into caches of their own and lists, 
 
     python -m flashtune.sass stats CACHE_DIR
     python -m flashtune.sass compare --base OLD_FLASHTUNE --new NEW_FLASHTUNE [--arch sm_90a] YAML...
+    python -m flashtune.sass profile NAME.sass.csv [OTHER.sass.csv ...] [--top N]
+
+`profile` reads what tools/gpu_profile.sh brought back from Nsight Compute (`ncu --page source --print-source sass
+--csv`: per SASS instruction, executed count and warp-stall samples by reason) and prints, per kernel, where its
+warps waited: the stall reasons' shares of all samples, the opcodes by executed count and by samples, and the N
+instructions with the most samples (offset as nvdisasm prints it, count, top reasons); with several files, the opcode
+counts side by side (a kernel beside a variant or a peer's, e.g. FlashAttention-4's backward; docs/NOTES.md session 40).
 
 nvdisasm: --nvdisasm, $FLASHTUNE_NVDISASM, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, or NVIDIA's PyPI wheel
 (`pip install nvidia-cuda-nvdisasm`: site-packages/nvidia/cu*/bin/nvdisasm). The stats need no GPU.
@@ -15,6 +22,8 @@ nvdisasm: --nvdisasm, $FLASHTUNE_NVDISASM, PATH, $CUDA_HOME/bin, /usr/local/cuda
 from __future__ import annotations
 
 import argparse
+import collections
+import csv
 import glob
 import json
 import os
@@ -169,6 +178,108 @@ def compare_report(base: dict, new: dict) -> tuple:
     return lines, len(regressions)
 
 
+@dataclass
+class Profile:
+    """One kernel's ncu source page (SASS): per instruction (offset from the kernel's first), its text, executed count
+    (warp level) and stall samples by reason (ncu's stall_* columns without the "stall_" prefix, all samples)."""
+    kernel: str
+    rows: list  # (offset, text, executed, samples, {reason: samples})
+
+    @property
+    def executed(self) -> float:
+        return sum(r[2] for r in self.rows)
+
+    @property
+    def samples(self) -> float:
+        return sum(r[3] for r in self.rows)
+
+    def reasons(self) -> collections.Counter:
+        c = collections.Counter()
+        for r in self.rows:
+            c.update(r[4])
+        return c
+
+    def by_opcode(self, column: int) -> collections.Counter:
+        """Executed counts (column 2) or samples (column 3) summed by opcode (the mnemonic before its first dot)."""
+        c = collections.Counter()
+        for r in self.rows:
+            c[opcode_of(r[1])] += r[column]
+        return c
+
+
+def opcode_of(text: str) -> str:
+    words = text.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else ""
+
+
+def _number(x: str) -> float:
+    x = (x or "").replace(",", "").strip()
+    try:
+        return float(x)
+    except ValueError:
+        return 0.0
+
+
+def read_profile(path: str) -> Profile:
+    """Parses NAME.sass.csv: a "Kernel Name" line, then the header and one line per instruction."""
+    with open(path, newline="") as f:
+        lines = list(csv.reader(f))
+    if len(lines) < 2 or not lines[0] or lines[0][0] != "Kernel Name":
+        raise RuntimeError(f"{path}: not an ncu SASS source page (expected a 'Kernel Name' line first)")
+    head = lines[1]
+    need = ("Address", "Source", "Instructions Executed", "Warp Stall Sampling (All Samples)")
+    missing = [c for c in need if c not in head]
+    if missing:
+        raise RuntimeError(f"{path}: the ncu CSV lacks the column(s) {', '.join(missing)}")
+    at = {c: head.index(c) for c in need}
+    reasons = [(i, c[len("stall_"):]) for i, c in enumerate(head) if c.startswith("stall_") and "Not Issued" not in c]
+    rows, first = [], None
+    for line in lines[2:]:
+        if len(line) != len(head):
+            continue
+        try:
+            address = int(line[at["Address"]], 16)
+        except ValueError:
+            continue
+        first = address if first is None else min(first, address)
+        rows.append((address, line[at["Source"]].strip(), _number(line[at["Instructions Executed"]]),
+                     _number(line[at["Warp Stall Sampling (All Samples)"]]),
+                     {name: _number(line[i]) for i, name in reasons if _number(line[i])}))
+    if not rows:
+        raise RuntimeError(f"{path}: no instruction lines")
+    kernel = lines[0][1] if len(lines[0]) > 1 else "?"
+    return Profile(kernel, [(a - first, *rest) for a, *rest in rows])
+
+
+def profile_report(profiles: list, names: list, top: int) -> list:
+    """The lines `profile` prints (see the module's help)."""
+    out = []
+    pct = lambda part, whole: 100.0 * part / whole if whole else 0.0
+    for name, p in zip(names, profiles):
+        total = p.samples
+        out.append(f"== {name}: {p.kernel[:150]}")
+        out.append(f"   {p.executed / 1e6:.1f} M instructions executed (warp level), {total:.0f} stall samples")
+        reasons = p.reasons()  # shares of the samples attributed to a reason
+        out.append("   stall reasons: " + ", ".join(f"{k} {pct(v, sum(reasons.values())):.1f} %"
+                                                    for k, v in reasons.most_common(10)))
+        out.append("   executed [M]: " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in p.by_opcode(2).most_common(16)))
+        out.append("   samples by opcode: " + ", ".join(f"{k} {pct(v, total):.1f} %" for k, v in p.by_opcode(3).most_common(12)))
+        out.append(f"   top {top} instructions by samples (offset, % of samples, executed, instruction, reasons %):")
+        for off, text, executed, samples, why in sorted(p.rows, key=lambda r: -r[3])[:top]:
+            reasons = " ".join(f"{k} {pct(v, samples):.0f}" for k, v in collections.Counter(why).most_common(3))
+            out.append(f"   {off:6x} {pct(samples, total):5.2f} {executed / 1e3:8.0f}k  {text[:64]:64s} {reasons}")
+    if len(profiles) > 1:
+        counts = [p.by_opcode(2) for p in profiles]
+        ops = sorted(set().union(*counts), key=lambda k: -max(c[k] for c in counts))[:20]
+        out.append("== executed by opcode [M]: " + " | ".join(names))
+        for k in ops:
+            out.append(f"   {k:12s} " + " ".join(f"{c[k] / 1e6:8.1f}" for c in counts))
+        out.append(f"   {'all':12s} " + " ".join(f"{p.executed / 1e6:8.1f}" for p in profiles))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashtune.sass", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvdisasm", help="the nvdisasm binary (default: searched, see the module's help)")
@@ -183,8 +294,17 @@ def main(argv=None) -> int:
     cp.add_argument("--arch", default="sm_90a")
     cp.add_argument("--keep", help="folder for the two caches (default: a temporary one)")
     cp.add_argument("yamls", nargs="+")
+    pp = sub.add_parser("profile", help="where a kernel's warps waited, from tools/gpu_profile.sh's NAME.sass.csv")
+    pp.add_argument("csvs", nargs="+", metavar="NAME.sass.csv")
+    pp.add_argument("--top", type=int, default=25, help="instructions listed per kernel (default 25)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "profile":
+            profiles = [read_profile(path) for path in args.csvs]
+            names = [os.path.basename(path)[: -len(".sass.csv")] if path.endswith(".sass.csv") else path
+                     for path in args.csvs]
+            print("\n".join(profile_report(profiles, names, args.top)))
+            return 0
         nvdisasm = find_nvdisasm(args.nvdisasm)
         if args.cmd == "stats":
             if not os.path.isdir(args.cache_dir):

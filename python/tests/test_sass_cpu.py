@@ -1,6 +1,7 @@
 """tests/test_sass_cpu.py: flashtune.sass on canned nvdisasm listings, a fake nvdisasm and fake flashtune builds
 (no GPU, no CUDA toolkit): the hot loop's counts, the cache entry's resources and warnings, the comparison's
-regressions and exit codes, and one-line errors."""
+regressions and exit codes, and one-line errors; `profile` on canned ncu source pages (tools/gpu_profile.sh's
+NAME.sass.csv)."""
 import io
 import json
 import os
@@ -190,6 +191,78 @@ class FakeToolchain(unittest.TestCase):
         finally:
             os.environ.clear()
             os.environ.update(old)
+
+
+def _ncu_csv(path, kernel, rows):
+    """An ncu source page as tools/gpu_profile.sh writes it: rows of (address, source, executed, {reason: samples})."""
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)",
+            "Instructions Executed", "stall_barrier", "stall_long_sb", "stall_short_sb", "stall_long_sb (Not Issued)"]
+    with open(path, "w") as f:
+        f.write(f'"Kernel Name","{kernel}",\n' + ",".join(f'"{h}"' for h in head) + "\n")
+        for address, source, executed, why in rows:
+            cells = [address, source, str(sum(why.values())), "0", f"{executed:,}", str(why.get("barrier", 0)),
+                     str(why.get("long_sb", 0)), str(why.get("short_sb", 0)), "7"]
+            f.write(",".join(f'"{c}"' for c in cells) + "\n")
+    return path
+
+
+class Profile(unittest.TestCase):
+    def setUp(self):
+        self.d = tempfile.mkdtemp()
+        # Kernel A: the wait loop's branch 60 samples (long_sb), the exp2's FFMA 30 (short_sb), a barrier 10.
+        self.a = _ncu_csv(os.path.join(self.d, "ours.sass.csv"), "void k<128>(P)", [
+            ("0x7f0000005f00", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R2+UR12], R5", 1_000_000, {}),
+            ("0x7f0000005f10", "@!P0  BRA 0x7f0000006000", 1_000_000, {"long_sb": 60}),
+            ("0x7f0000005f20", "FFMA R184, R184, UR29, -R20", 2_000_000, {"short_sb": 30}),
+            ("0x7f0000005f30", "BAR.SYNC.DEFER_BLOCKING R7, 0x100", 1_000_000, {"barrier": 10})])
+        self.b = _ncu_csv(os.path.join(self.d, "peer.sass.csv"), "peer_kernel", [
+            ("0x7e0000001000", "FFMA R1, R1, UR4, -R2", 4_000_000, {"short_sb": 5}),
+            ("0x7e0000001010", "FSEL R1, R1, -INF, P0", 3_000_000, {"long_sb": 5})])
+
+    def run_main(self, argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = sass.main(argv)
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_reads_offsets_counts_and_reasons(self):
+        p = sass.read_profile(self.a)
+        self.assertEqual(p.kernel, "void k<128>(P)")
+        self.assertEqual([r[0] for r in p.rows], [0, 0x10, 0x20, 0x30])  # offsets from the kernel's first instruction
+        self.assertEqual(p.executed, 5_000_000)
+        self.assertEqual(p.samples, 100)
+        self.assertEqual(p.reasons(), {"long_sb": 60, "short_sb": 30, "barrier": 10})  # "Not Issued" columns left out
+        self.assertEqual(p.by_opcode(2)["BRA"], 1_000_000)  # the predicate is not the opcode
+        self.assertEqual(p.by_opcode(3)["FFMA"], 30)
+
+    def test_report_ranks_instructions_and_sets_opcodes_side_by_side(self):
+        rc, out, err = self.run_main(["profile", self.a, self.b, "--top", "2"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("== ours: void k<128>(P)", out)
+        self.assertIn("stall reasons: long_sb 60.0 %, short_sb 30.0 %, barrier 10.0 %", out)
+        ours = out.split("== peer")[0]
+        top = ours.split("top 2 instructions by samples")[1].splitlines()[1:]
+        self.assertEqual(len(top), 2, ours)  # --top 2
+        self.assertTrue(top[0].split()[0] == "10" and "BRA" in top[0] and "long_sb 100" in top[0], top)
+        self.assertTrue(top[1].split()[0] == "20" and "FFMA" in top[1] and "short_sb 100" in top[1], top)
+        side = out.split("== executed by opcode [M]: ours | peer")[1].splitlines()
+        rows = {line.split()[0]: line.split()[1:] for line in side if line.strip()}
+        self.assertEqual(rows["FFMA"], ["2.0", "4.0"])
+        self.assertEqual(rows["FSEL"], ["0.0", "3.0"])
+        self.assertEqual(rows["all"], ["5.0", "7.0"])
+
+    def test_a_file_that_is_not_a_source_page_is_one_line(self):
+        bad = os.path.join(self.d, "bad.sass.csv")
+        with open(bad, "w") as f:
+            f.write("ID,Name\n1,x\n")
+        rc, out, err = self.run_main(["profile", bad])
+        self.assertEqual(rc, 2)
+        self.assertEqual(out, "")
+        self.assertIn("not an ncu SASS source page", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        rc, _, err = self.run_main(["profile", os.path.join(self.d, "missing.sass.csv")])
+        self.assertEqual(rc, 2)
+        self.assertEqual(len(err.strip().splitlines()), 1)
 
 
 if __name__ == "__main__":
