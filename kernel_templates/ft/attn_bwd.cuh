@@ -182,7 +182,8 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   // not there (the cp.async fused pass at head_dim 64 spilled 124 bytes with them, and the cp.async dK / dV kernel
   // at head_dim 128, 255 registers without setmaxnreg, 8 bytes with them at block_m 64). LSE is read before the
   // products are issued: read after them, its shared loads queued behind the wgmma and the first exp2 waited on them
-  // (ncu of mma 91 at causal d128, docs/NOTES.md session 40: ~8 % of the kernel's warp samples, short scoreboard).
+  // (ncu of mma 91 at causal d128, docs/NOTES.md session 40: 5.0 % of the warp samples, short scoreboard; 1.5 % now;
+  // -0.7 to -2.5 % on the dense shapes). D stays after P^T's packing: read before the exp2s, it delayed them (+2-3 %).
   FtBwdCols<kBlockM, kColsAhead && kBlockM <= 64> cols;
   cols.load(lse_s, t4);
   ft_wgmma_rows_by_rows<T, kBlockM, kHeadDim / 16>(s, k_wg, kv_slab, smem_q, q_slab);    // S^T
