@@ -34,6 +34,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 _INSTR = re.compile(r"\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 _LABEL = re.compile(r"\s*(\.L_x_\d+):")
@@ -178,32 +179,40 @@ def compare_report(base: dict, new: dict) -> tuple:
     return lines, len(regressions)
 
 
+class ProfileRow(NamedTuple):
+    """One SASS instruction of an ncu source page."""
+    offset: int  # bytes from the kernel's first instruction, as nvdisasm prints it
+    text: str
+    executed: float  # warp-level executions
+    samples: float  # warp-stall samples, all reasons
+    stalls: dict  # reason (ncu's stall_* column without the prefix) -> samples, the non-zero ones
+
+
 @dataclass
 class Profile:
-    """One kernel's ncu source page (SASS): per instruction (offset from the kernel's first), its text, executed count
-    (warp level) and stall samples by reason (ncu's stall_* columns without the "stall_" prefix, all samples)."""
+    """One kernel's ncu source page (SASS)."""
     kernel: str
-    rows: list  # (offset, text, executed, samples, {reason: samples})
+    rows: list  # ProfileRow
 
     @property
     def executed(self) -> float:
-        return sum(r[2] for r in self.rows)
+        return sum(r.executed for r in self.rows)
 
     @property
     def samples(self) -> float:
-        return sum(r[3] for r in self.rows)
+        return sum(r.samples for r in self.rows)
 
     def reasons(self) -> collections.Counter:
         c = collections.Counter()
         for r in self.rows:
-            c.update(r[4])
+            c.update(r.stalls)
         return c
 
-    def by_opcode(self, column: int) -> collections.Counter:
-        """Executed counts (column 2) or samples (column 3) summed by opcode (the mnemonic before its first dot)."""
+    def by_opcode(self, field: str) -> collections.Counter:
+        """A row field ("executed" or "samples") summed by opcode (the mnemonic before its first dot)."""
         c = collections.Counter()
         for r in self.rows:
-            c[opcode_of(r[1])] += r[column]
+            c[opcode_of(r.text)] += getattr(r, field)
         return c
 
 
@@ -235,7 +244,7 @@ def read_profile(path: str) -> Profile:
         raise RuntimeError(f"{path}: the ncu CSV lacks the column(s) {', '.join(missing)}")
     at = {c: head.index(c) for c in need}
     reasons = [(i, c[len("stall_"):]) for i, c in enumerate(head) if c.startswith("stall_") and "Not Issued" not in c]
-    rows, first = [], None
+    rows = []
     for line in lines[2:]:
         if len(line) != len(head):
             continue
@@ -243,14 +252,15 @@ def read_profile(path: str) -> Profile:
             address = int(line[at["Address"]], 16)
         except ValueError:
             continue
-        first = address if first is None else min(first, address)
-        rows.append((address, line[at["Source"]].strip(), _number(line[at["Instructions Executed"]]),
-                     _number(line[at["Warp Stall Sampling (All Samples)"]]),
-                     {name: _number(line[i]) for i, name in reasons if _number(line[i])}))
+        stalls = {name: _number(line[i]) for i, name in reasons}
+        rows.append(ProfileRow(address, line[at["Source"]].strip(), _number(line[at["Instructions Executed"]]),
+                               _number(line[at["Warp Stall Sampling (All Samples)"]]),
+                               {name: v for name, v in stalls.items() if v}))
     if not rows:
         raise RuntimeError(f"{path}: no instruction lines")
+    first = min(r.offset for r in rows)
     kernel = lines[0][1] if len(lines[0]) > 1 else "?"
-    return Profile(kernel, [(a - first, *rest) for a, *rest in rows])
+    return Profile(kernel, [r._replace(offset=r.offset - first) for r in rows])
 
 
 def profile_report(profiles: list, names: list, top: int) -> list:
@@ -261,17 +271,18 @@ def profile_report(profiles: list, names: list, top: int) -> list:
         total = p.samples
         out.append(f"== {name}: {p.kernel[:150]}")
         out.append(f"   {p.executed / 1e6:.1f} M instructions executed (warp level), {total:.0f} stall samples")
-        reasons = p.reasons()  # shares of the samples attributed to a reason
-        out.append("   stall reasons: " + ", ".join(f"{k} {pct(v, sum(reasons.values())):.1f} %"
-                                                    for k, v in reasons.most_common(10)))
-        out.append("   executed [M]: " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in p.by_opcode(2).most_common(16)))
-        out.append("   samples by opcode: " + ", ".join(f"{k} {pct(v, total):.1f} %" for k, v in p.by_opcode(3).most_common(12)))
+        reasons = p.reasons()
+        attributed = sum(reasons.values())  # the shares are of the samples attributed to a reason
+        out.append("   stall reasons: " + ", ".join(f"{k} {pct(v, attributed):.1f} %" for k, v in reasons.most_common(10)))
+        out.append("   executed [M]: " + ", ".join(f"{k} {v / 1e6:.1f}" for k, v in p.by_opcode("executed").most_common(16)))
+        out.append("   samples by opcode: " + ", ".join(f"{k} {pct(v, total):.1f} %"
+                                                       for k, v in p.by_opcode("samples").most_common(12)))
         out.append(f"   top {top} instructions by samples (offset, % of samples, executed, instruction, reasons %):")
-        for off, text, executed, samples, why in sorted(p.rows, key=lambda r: -r[3])[:top]:
-            reasons = " ".join(f"{k} {pct(v, samples):.0f}" for k, v in collections.Counter(why).most_common(3))
-            out.append(f"   {off:6x} {pct(samples, total):5.2f} {executed / 1e3:8.0f}k  {text[:64]:64s} {reasons}")
+        for r in sorted(p.rows, key=lambda r: -r.samples)[:top]:
+            why = " ".join(f"{k} {pct(v, r.samples):.0f}" for k, v in collections.Counter(r.stalls).most_common(3))
+            out.append(f"   {r.offset:6x} {pct(r.samples, total):5.2f} {r.executed / 1e3:8.0f}k  {r.text[:64]:64s} {why}")
     if len(profiles) > 1:
-        counts = [p.by_opcode(2) for p in profiles]
+        counts = [p.by_opcode("executed") for p in profiles]
         ops = sorted(set().union(*counts), key=lambda k: -max(c[k] for c in counts))[:20]
         out.append("== executed by opcode [M]: " + " | ".join(names))
         for k in ops:

@@ -228,12 +228,12 @@ class Profile(unittest.TestCase):
     def test_reads_offsets_counts_and_reasons(self):
         p = sass.read_profile(self.a)
         self.assertEqual(p.kernel, "void k<128>(P)")
-        self.assertEqual([r[0] for r in p.rows], [0, 0x10, 0x20, 0x30])  # offsets from the kernel's first instruction
+        self.assertEqual([r.offset for r in p.rows], [0, 0x10, 0x20, 0x30])  # offsets from the kernel's first instruction
         self.assertEqual(p.executed, 5_000_000)
         self.assertEqual(p.samples, 100)
         self.assertEqual(p.reasons(), {"long_sb": 60, "short_sb": 30, "barrier": 10})  # "Not Issued" columns left out
-        self.assertEqual(p.by_opcode(2)["BRA"], 1_000_000)  # the predicate is not the opcode
-        self.assertEqual(p.by_opcode(3)["FFMA"], 30)
+        self.assertEqual(p.by_opcode("executed")["BRA"], 1_000_000)  # the predicate is not the opcode
+        self.assertEqual(p.by_opcode("samples")["FFMA"], 30)
 
     def test_report_ranks_instructions_and_sets_opcodes_side_by_side(self):
         rc, out, err = self.run_main(["profile", self.a, self.b, "--top", "2"])
