@@ -5,8 +5,15 @@
 # Then, on the GPU machine, from the repository root: bash tools/gpu_run.sh [EXPERIMENT.yaml ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x build/harness/cli/flashtune ] || bash tools/build.sh
-cmake --build build -j "$(nproc)" >/dev/null
+[ -f build/build.ninja ] || bash tools/build.sh
+# FT_PACK_TESTS given: only what is packed is built (the CLI, the runtime library and those tests; on a 2-core
+# machine a whole build takes ~40 minutes), else every target.
+if [ -n "${FT_PACK_TESTS:-}" ] && [ -z "${FT_PACK_ALL_TESTS:-}" ]; then
+  # shellcheck disable=SC2086
+  cmake --build build -j "$(nproc)" --target flashtune flashtune_runtime $FT_PACK_TESTS >/dev/null
+else
+  cmake --build build -j "$(nproc)" >/dev/null
+fi
 rm -rf .gpu && mkdir -p .gpu/bin/lib
 cp build/harness/cli/flashtune .gpu/bin/
 # The GPU test binaries (CI runs the CPU ones); FT_PACK_ALL_TESTS=1 packs every test binary (past 64 MiB);
