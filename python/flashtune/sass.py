@@ -8,6 +8,7 @@ binaries (`flashtune run Y --compile-only`) into caches of their own and lists, 
 
     python -m flashtune.sass stats CACHE_DIR
     python -m flashtune.sass compare --base OLD_FLASHTUNE --new NEW_FLASHTUNE [--arch sm_90a] YAML...
+    python -m flashtune.sass compare --base FT --new FT --base-templates DIR_A --new-templates DIR_B YAML...
     python -m flashtune.sass profile NAME.sass.csv [OTHER.sass.csv ...] [--top N]
 
 `profile` reads what tools/gpu_profile.sh brought back from Nsight Compute (`ncu --page source --print-source sass
@@ -129,12 +130,16 @@ def cache_stats(cache_dir: str, nvdisasm: str, jobs: int = 4) -> dict:
         return {s.name: s for s in ex.map(lambda m: entry_stats(m, nvdisasm), metas) if s}
 
 
-def compile_into(flashtune: str, yamls: list, cache_dir: str, arch: str) -> None:
-    """`flashtune run Y --compile-only` for each YAML into cache_dir (its database thrown away)."""
+def compile_into(flashtune: str, yamls: list, cache_dir: str, arch: str, templates: str = None) -> None:
+    """`flashtune run Y --compile-only` for each YAML into cache_dir (its database thrown away); templates: a
+    kernel_templates folder to compile instead of the binary's embedded one (`--templates`)."""
+    if templates is not None and not os.path.isdir(templates):
+        raise FileNotFoundError(f"no such templates folder: {templates}")
     with tempfile.TemporaryDirectory() as tmp:
         for y in yamls:
             r = subprocess.run([flashtune, "run", y, "--compile-only", "--arch", arch, "--db", os.path.join(tmp, "c.sqlite"),
-                                "--cache", cache_dir], capture_output=True, text=True)
+                                "--cache", cache_dir] + (["--templates", templates] if templates else []),
+                               capture_output=True, text=True)
             if r.returncode != 0:
                 tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
                 raise RuntimeError(f"{flashtune} run {y} --compile-only failed: {tail[0]}")
@@ -301,7 +306,10 @@ def main(argv=None) -> int:
     st.add_argument("--json", action="store_true", help="JSON instead of the table")
     cp = sub.add_parser("compare", help="compile YAMLs with two flashtune binaries and compare their kernels")
     cp.add_argument("--base", required=True, help="the reference flashtune binary")
-    cp.add_argument("--new", required=True, help="the changed flashtune binary")
+    cp.add_argument("--new", required=True, help="the changed flashtune binary (may be --base's, with template folders)")
+    cp.add_argument("--base-templates", help="kernel_templates folder the base build compiles (its --templates)")
+    cp.add_argument("--new-templates", help="kernel_templates folder the new build compiles (e.g. a branch's, "
+                                            "`git archive BRANCH kernel_templates | tar -x -C DIR`)")
     cp.add_argument("--arch", default="sm_90a")
     cp.add_argument("--keep", help="folder for the two caches (default: a temporary one)")
     cp.add_argument("yamls", nargs="+")
@@ -332,10 +340,11 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             root = args.keep or tmp
             caches = {}
-            for tag, binary in (("base", args.base), ("new", args.new)):
+            for tag, binary, templates in (("base", args.base, args.base_templates),
+                                           ("new", args.new, args.new_templates)):
                 caches[tag] = os.path.join(root, tag)
                 os.makedirs(caches[tag], exist_ok=True)
-                compile_into(binary, args.yamls, caches[tag], args.arch)
+                compile_into(binary, args.yamls, caches[tag], args.arch, templates)
             lines, n_worse = compare_report(cache_stats(caches["base"], nvdisasm, args.jobs),
                                             cache_stats(caches["new"], nvdisasm, args.jobs))
         print("\n".join(lines))

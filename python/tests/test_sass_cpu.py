@@ -165,6 +165,34 @@ class FakeToolchain(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("0 kernels worse", out)
 
+    def test_compare_one_binary_over_two_template_folders(self):
+        # fake flashtune: the listing is the file named `listing` in the --templates folder
+        ft = _executable(os.path.join(self.d, "ft_templates"), textwrap.dedent("""\
+            #!/usr/bin/env python3
+            import json, sys
+            c = sys.argv[sys.argv.index("--cache") + 1]
+            listing = open(sys.argv[sys.argv.index("--templates") + 1] + "/listing").read()
+            json.dump({"ok": True, "name_expression": "attn<1>", "log": "",
+                       "resources": {"registers": 168, "spill_load_bytes": 4}}, open(c + "/k.json", "w"))
+            open(c + "/k.cubin", "w").write(listing)
+            """))
+        folders = {}
+        for tag, listing in (("a", "clean.sass"), ("b", "loop.sass")):
+            folders[tag] = os.path.join(self.d, "t" + tag)
+            os.makedirs(folders[tag])
+            with open(os.path.join(folders[tag], "listing"), "w") as f:
+                f.write(listing)
+        yaml = os.path.join(self.d, "x.yaml")
+        open(yaml, "w").close()
+        rc, out, _ = self.run_main(["compare", "--base", ft, "--new", ft, "--base-templates", folders["a"],
+                                    "--new-templates", folders["b"], yaml])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("attn<1>: loop spill instructions 0 -> 1", out)
+        rc, _, err = self.run_main(["compare", "--base", ft, "--new", ft, "--base-templates", folders["a"],
+                                    "--new-templates", os.path.join(self.d, "nowhere"), yaml])
+        self.assertEqual(rc, 2)
+        self.assertIn("no such templates folder", err)
+
     def test_a_failing_build_and_a_missing_folder_are_one_line_each(self):
         failing = _executable(os.path.join(self.d, "ft_fail"), "#!/bin/sh\necho 'unknown family: nope' >&2\nexit 2\n")
         rc, _, err = self.run_main(["compare", "--base", failing, "--new", failing, os.path.join(self.d, "x.yaml")])
