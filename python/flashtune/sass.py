@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     cp.add_argument("--new-templates", help="kernel_templates folder the new build compiles (e.g. a branch's, "
                                             "`git archive BRANCH kernel_templates | tar -x -C DIR`)")
     cp.add_argument("--arch", default="sm_90a")
-    cp.add_argument("--keep", help="folder for the two caches (default: a temporary one)")
+    cp.add_argument("--keep", help="folder for the two caches, its base/ and new/ emptied first (default: a temporary one)")
     cp.add_argument("yamls", nargs="+")
     pp = sub.add_parser("profile", help="where a kernel's warps waited, from tools/gpu_profile.sh's NAME.sass.csv")
     pp.add_argument("csvs", nargs="+", metavar="NAME.sass.csv")
@@ -343,7 +343,10 @@ def main(argv=None) -> int:
             for tag, binary, templates in (("base", args.base, args.base_templates),
                                            ("new", args.new, args.new_templates)):
                 caches[tag] = os.path.join(root, tag)
-                os.makedirs(caches[tag], exist_ok=True)
+                # Emptied first: stats read every entry of a cache, so a kept folder's entries from an earlier
+                # compare (another template folder) would be counted as this build's.
+                shutil.rmtree(caches[tag], ignore_errors=True)
+                os.makedirs(caches[tag])
                 compile_into(binary, args.yamls, caches[tag], args.arch, templates)
             lines, n_worse = compare_report(cache_stats(caches["base"], nvdisasm, args.jobs),
                                             cache_stats(caches["new"], nvdisasm, args.jobs))

@@ -188,6 +188,21 @@ class FakeToolchain(unittest.TestCase):
                                     "--new-templates", folders["b"], yaml])
         self.assertEqual(rc, 1, out)
         self.assertIn("attn<1>: loop spill instructions 0 -> 1", out)
+        # a kept folder is emptied first: the second compare (clean against clean) must not see the first's entry
+        keep = os.path.join(self.d, "keep")
+        rc, out, _ = self.run_main(["compare", "--base", ft, "--new", ft, "--base-templates", folders["a"],
+                                    "--new-templates", folders["b"], "--keep", keep, yaml])
+        self.assertEqual(rc, 1, out)
+        with open(os.path.join(keep, "new", "stale.json"), "w") as f:
+            json.dump({"ok": True, "name_expression": "attn<2>", "log": "",
+                       "resources": {"registers": 168, "spill_load_bytes": 400}}, f)
+        with open(os.path.join(keep, "new", "stale.cubin"), "w") as f:
+            f.write("loop.sass")
+        rc, out, _ = self.run_main(["compare", "--base", ft, "--new", ft, "--base-templates", folders["a"],
+                                    "--new-templates", folders["a"], "--keep", keep, yaml])
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("attn<2>", out)
+        self.assertEqual(sorted(os.listdir(os.path.join(keep, "new"))), ["k.cubin", "k.json"])
         rc, _, err = self.run_main(["compare", "--base", ft, "--new", ft, "--base-templates", folders["a"],
                                     "--new-templates", os.path.join(self.d, "nowhere"), yaml])
         self.assertEqual(rc, 2)
