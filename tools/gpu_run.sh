@@ -8,18 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${FT_GPU_WORK:-gpu-out}
 rm -rf "$out" && mkdir -p "$out"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export FLASHTUNE_CACHE_DIR="${FT_GPU_CACHE:-$out/cache}"  # FT_GPU_WORK=$OUT/w FT_GPU_CACHE=/tmp/c: logs survive a cut-off call
-# A compile cache filled here beforehand (FLASHTUNE_CACHE_DIR=.gpu/cache flashtune run --compile-only
-# --arch sm_90a ...; keys include the NVRTC version) saves the device's time.
-[ -d .gpu/cache ] && mkdir -p "$FLASHTUNE_CACHE_DIR" && cp -r .gpu/cache/. "$FLASHTUNE_CACHE_DIR"/
-# The test binaries were built with the source tree's absolute path: make it point here.
-src=$(cat .gpu/source_dir.txt)
-if [ "$src" != "$(pwd)" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$(pwd)" "$src"; fi
-bin=.gpu/bin
-export LD_LIBRARY_PATH="$(pwd)/$bin/lib:$LD_LIBRARY_PATH"
-# The CLI tests start the binary at the build tree's path.
-if [ ! -x build/harness/cli/flashtune ]; then mkdir -p build/harness/cli && cp "$bin/flashtune" build/harness/cli/; fi
+source tools/gpu_env.sh  # bin, LD_LIBRARY_PATH, FLASHTUNE_CACHE_DIR, the source path link
 "$bin/flashtune" devices 2>&1 | tee "$out/devices.txt"
 fails=0
 for t in "$bin"/*_test; do

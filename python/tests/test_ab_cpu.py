@@ -1,0 +1,137 @@
+"""tests/test_ab_cpu.py: flashtune.ab (python -m flashtune.ab) through a fake flashtune binary: the rounds' order, the
+validation-off copy of later rounds, one database per round, the comparisons against the first folder and the table
+of ratios; bad input (a missing folder, a failing run, a YAML without a name) as one line."""
+import io
+import json
+import os
+import tempfile
+import textwrap
+import unittest
+from contextlib import redirect_stderr, redirect_stdout
+
+from flashtune import ab
+
+# The fake keeps a "database" as JSON: a list of runs (experiment text's validate line, templates folder, median ms
+# read from the folder's file `ms`). `query compare A B --format csv` prints one config row per problem in `problems`.
+FAKE = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    import csv, json, os, sys
+    args = sys.argv[1:]
+    db = args[args.index("--db") + 1]
+    runs = json.load(open(db)) if os.path.exists(db) else []
+    if args[0] == "run":
+        folder = args[args.index("--templates") + 1]
+        text = open(args[1]).read()
+        if os.path.exists(os.path.join(folder, "fail")):
+            print("trial crashed", file=sys.stderr); sys.exit(3)
+        runs.append({"folder": folder, "validate_off": "validate: {enabled: false}" in text,
+                     "ms": float(open(os.path.join(folder, "ms")).read())})
+        json.dump(runs, open(db, "w"))
+        open(db + ".order", "a").write(os.path.basename(folder) + "\\n")
+    elif args[:2] == ["query", "runs"]:
+        print("id,started,experiment")
+        for i, r in enumerate(runs):
+            print(f"{i + 1},t,x")
+    elif args[:2] == ["query", "compare"]:
+        a, b = runs[int(args[2]) - 1], runs[int(args[3]) - 1]
+        w = csv.writer(sys.stdout)
+        w.writerow(["family", "stage", "problem", "config", "a_median_ms", "a_noise", "b_median_ms", "b_noise", "diff",
+                    "verdict"])
+        for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)):
+            w.writerow(["fam", "stage", p, "block_m=64", a["ms"] * scale, 0.01, b["ms"] * scale, 0.01, "x", "same"])
+    """)
+
+
+class AbCpu(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.ft = os.path.join(self.d, "flashtune")
+        with open(self.ft, "w") as f:
+            f.write(FAKE)
+        os.chmod(self.ft, 0o755)
+        self.exp = os.path.join(self.d, "x.yaml")
+        with open(self.exp, "w") as f:
+            f.write("# an experiment\nname: x\nstudies: []\n")
+        self.folders = []
+        for name, ms in (("tA", 2.0), ("tB", 1.9), ("tC", 2.2)):
+            d = os.path.join(self.d, name)
+            os.makedirs(d)
+            with open(os.path.join(d, "ms"), "w") as f:
+                f.write(str(ms))
+            self.folders.append(d)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def main(self, argv):
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            rc = ab.main(argv)
+        return rc, out.getvalue(), err.getvalue()
+
+    def test_rounds_alternate_and_later_rounds_do_not_validate(self):
+        out = os.path.join(self.d, "out")
+        rc, stdout, err = self.main(["run", "--rounds", "3", "--flashtune", self.ft, "--out", out, self.exp]
+                                    + self.folders)
+        self.assertEqual(rc, 0, err)
+        for r, order in ((1, "tA tB tC"), (2, "tC tB tA"), (3, "tA tB tC")):
+            db = os.path.join(out, f"ab_r{r}.sqlite")
+            with open(db + ".order") as f:
+                self.assertEqual(f.read().split(), order.split())
+            with open(db) as f:
+                runs = json.load(f)
+            self.assertEqual([x["validate_off"] for x in runs], [r > 1] * 3)
+        # the table: folder 1 at 0.95 of folder 0 and folder 2 at 1.1 in every round, both problems
+        self.assertIn("== folder 1 / folder 0, 3 rounds", stdout)
+        self.assertIn("0.9500  0.950 / 0.950 / 0.950", stdout)
+        self.assertIn("1.1000  1.100 / 1.100 / 1.100", stdout)
+        self.assertEqual(stdout.count("batch=2,seq=64"), 2)
+        self.assertTrue(os.path.exists(os.path.join(out, "ab.txt")))
+        rc, again, _ = self.main(["table", out])
+        self.assertEqual((rc, again), (0, stdout))
+
+    def test_the_mean_is_geometric_over_rounds(self):
+        out = os.path.join(self.d, "out")
+        os.makedirs(out)
+        with open(os.path.join(out, "ab_runs.csv"), "w") as f:
+            f.write("round,folder,run\n1,0,1\n1,1,2\n2,1,1\n2,0,2\n")
+        for r, b in ((1, 0.5), (2, 2.0)):
+            with open(os.path.join(out, f"cmp_r{r}_1.csv"), "w") as f:
+                f.write("family,stage,problem,config,a_median_ms,a_noise,b_median_ms,b_noise,diff,verdict\n"
+                        f"fam,stage,p,c,1.0,0,{b},0,x,same\n")
+        lines = ab.table(out)
+        self.assertTrue(lines[1].startswith("1.0000  0.500 / 2.000"), lines)  # not the arithmetic 1.25
+
+    def test_validation_line_is_replaced_or_added(self):
+        self.assertEqual(ab.without_validation("name: x\nvalidate: {enabled: true}\n"),
+                         "name: x\nvalidate: {enabled: false}\n")
+        self.assertEqual(ab.without_validation("# c\nname: x\nmeasure: {}\n"),
+                         "# c\nname: x\nvalidate: {enabled: false}\nmeasure: {}\n")
+        with self.assertRaises(ValueError):
+            ab.without_validation("studies: []\n")
+
+    def test_bad_input_is_one_line(self):
+        out = os.path.join(self.d, "out")
+        rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp, self.folders[0],
+                                os.path.join(self.d, "nowhere")])
+        self.assertEqual(rc, 2)
+        self.assertIn("no such templates folder", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        open(os.path.join(self.folders[1], "fail"), "w").close()
+        rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp] + self.folders[:2])
+        self.assertEqual(rc, 2)
+        self.assertIn("round 1, folder", err)
+        self.assertIn("flashtune run failed (rc 3", err)
+        rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp, self.folders[0]])
+        self.assertEqual(rc, 2)
+        self.assertIn("two template folders", err)
+        with open(self.exp, "w") as f:
+            f.write("studies: []\n")
+        rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp] + self.folders[:2])
+        self.assertEqual(rc, 2)
+        self.assertIn("no top-level 'name:' line", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
