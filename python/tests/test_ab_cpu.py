@@ -1,15 +1,15 @@
 """tests/test_ab_cpu.py: flashtune.ab (python -m flashtune.ab) through a fake flashtune binary: the rounds' order, the
 validation-off copy of later rounds, one database per round, the comparisons against the first folder and the table
 of ratios; bad input (a missing folder, a failing run, a YAML without a name) as one line."""
-import io
 import json
 import os
 import tempfile
 import textwrap
 import unittest
-from contextlib import redirect_stderr, redirect_stdout
 
 from flashtune import ab
+
+from tests.capture import run_main
 
 # The fake keeps a "database" as JSON: a list of runs (experiment text's validate line, templates folder, median ms
 # read from the folder's file `ms`). `query compare A B --format csv` prints one config row per problem in `problems`.
@@ -65,10 +65,7 @@ class AbCpu(unittest.TestCase):
         self.tmp.cleanup()
 
     def main(self, argv):
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            rc = ab.main(argv)
-        return rc, out.getvalue(), err.getvalue()
+        return run_main(ab.main, argv)
 
     def test_rounds_alternate_and_later_rounds_do_not_validate(self):
         out = os.path.join(self.d, "out")

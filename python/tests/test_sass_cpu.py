@@ -2,16 +2,16 @@
 (no GPU, no CUDA toolkit): the hot loop's counts, the cache entry's resources and warnings, the comparison's
 regressions and exit codes, and one-line errors; `profile` on canned ncu source pages (tools/gpu_profile.sh's
 NAME.sass.csv)."""
-import io
 import json
 import os
 import stat
 import tempfile
 import textwrap
 import unittest
-from contextlib import redirect_stderr, redirect_stdout
 
 from flashtune import sass
+
+from tests.capture import run_main
 
 # Two loops: .L_x_1 (2 HGMMA, one spill reload, 9 instructions with its branch) inside the kernel, .L_x_3 (no MMA).
 LISTING = textwrap.dedent("""\
@@ -125,10 +125,7 @@ class FakeToolchain(unittest.TestCase):
         self.tmp.cleanup()
 
     def run_main(self, argv):
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            rc = sass.main(["--nvdisasm", self.nvdisasm, "--jobs", "2"] + argv)
-        return rc, out.getvalue(), err.getvalue()
+        return run_main(sass.main, ["--nvdisasm", self.nvdisasm, "--jobs", "2"] + argv)
 
     def test_stats_reads_resources_warnings_and_the_listing(self):
         cache = os.path.join(self.d, "cache")
@@ -263,10 +260,7 @@ class Profile(unittest.TestCase):
             ("0x7e0000001010", "FSEL R1, R1, -INF, P0", 3_000_000, {"long_sb": 5})])
 
     def run_main(self, argv):
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            rc = sass.main(argv)
-        return rc, out.getvalue(), err.getvalue()
+        return run_main(sass.main, argv)
 
     def test_reads_offsets_counts_and_reasons(self):
         p = sass.read_profile(self.a)
