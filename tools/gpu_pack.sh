@@ -10,7 +10,11 @@ cd "$(dirname "$0")/.."
 # machine a whole build takes ~40 minutes), else every target.
 if [ -n "${FT_PACK_TESTS:-}" ] && [ -z "${FT_PACK_ALL_TESTS:-}" ]; then
   # shellcheck disable=SC2086
-  cmake --build build -j "$(nproc)" --target flashtune flashtune_runtime $FT_PACK_TESTS >/dev/null
+  cmake --build build -j "$(nproc)" --target flashtune flashtune_runtime $FT_PACK_TESTS >/tmp/gpu_pack_build.log 2>&1 || {
+    echo "gpu_pack: building flashtune, flashtune_runtime and FT_PACK_TESTS ($FT_PACK_TESTS) failed: $(grep -m1 -iE \
+      'error|unknown target' /tmp/gpu_pack_build.log) (log: /tmp/gpu_pack_build.log)" >&2
+    exit 2
+  }
 else
   cmake --build build -j "$(nproc)" >/dev/null
 fi
