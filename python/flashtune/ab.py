@@ -124,12 +124,15 @@ def table(out: str) -> list:
             with open(path) as f:
                 for row in csv.DictReader(f):
                     key = (row["family"], row["problem"], row["config"])
-                    a, b = float(row["a_median_ms"]), float(row["b_median_ms"])
+                    try:  # a config without a time on one side (failed, or only in one run) is "-" that round
+                        a, b = float(row["a_median_ms"]), float(row["b_median_ms"])
+                    except ValueError:
+                        a = b = float("nan")
                     entry = rows.setdefault(key, [[None] * rounds, a])
-                    entry[0][r - 1] = b / a if a > 0 else float("nan")
+                    entry[0][r - 1] = b / a if a > 0 and b > 0 else None
         lines.append(f"== folder {k} / folder 0, {rounds} rounds (< 1: folder {k} faster)")
         for (family, problem, config), (ratios, ms) in rows.items():
-            got = [x for x in ratios if x is not None and x == x]
+            got = [x for x in ratios if x is not None]
             mean = math.exp(sum(math.log(x) for x in got) / len(got)) if got else float("nan")
             cells = " / ".join("-" if x is None else f"{x:.3f}" for x in ratios)
             lines.append(f"{mean:.4f}  {cells}  {ms:9.4f} ms  {family}  {problem}  {config}")

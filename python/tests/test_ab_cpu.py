@@ -99,6 +99,12 @@ class AbCpu(unittest.TestCase):
                         f"fam,stage,p,c,1.0,0,{b},0,x,same\n")
         lines = ab.table(out)
         self.assertTrue(lines[1].startswith("1.0000  0.500 / 2.000"), lines)  # not the arithmetic 1.25
+        # a round where the variant's trial has no time (failed): "-", the mean over the other rounds
+        with open(os.path.join(out, "cmp_r2_1.csv"), "w") as f:
+            f.write("family,stage,problem,config,a_median_ms,a_noise,b_median_ms,b_noise,diff,verdict\n"
+                    "fam,stage,p,c,1.0,0,,,,not comparable\n")
+        lines = ab.table(out)
+        self.assertTrue(lines[1].startswith("0.5000  0.500 / -"), lines)
 
     def test_validation_line_is_replaced_or_added(self):
         self.assertEqual(ab.without_validation("name: x\nvalidate: {enabled: true}\n"),
