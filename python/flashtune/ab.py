@@ -45,9 +45,9 @@ def without_validation(text: str) -> str:
     return "".join(out)
 
 
-def round_order(folders: list, r: int) -> list:
-    """The folders' order in round r (1-based): as given for odd r, reversed for even r."""
-    return list(folders) if r % 2 else list(reversed(folders))
+def round_order(items: list, r: int) -> list:
+    """The order of the folders (or their indices) in round r (1-based): as given for odd r, reversed for even r."""
+    return list(items) if r % 2 else list(reversed(items))
 
 
 def _flashtune(binary: str, args: list) -> str:
@@ -80,8 +80,8 @@ def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=
     ids = []
     for r in range(1, rounds + 1):
         db = os.path.join(out, f"ab_r{r}.sqlite")
-        for d in round_order(folders, r):
-            k = folders.index(d)
+        for k in round_order(list(range(len(folders))), r):
+            d = folders[k]
             with open(os.path.join(out, f"r{r}_f{k}.log"), "w") as logf:
                 res = subprocess.run([binary, "run", experiment if r == 1 else quiet, "--templates", d, "--db", db],
                                      stdout=logf, stderr=subprocess.STDOUT)
