@@ -6,9 +6,10 @@
 # device tool returns few files). Put a compile cache for every folder into .gpu/cache beforehand (flashtune run
 # EXPERIMENT --compile-only --arch sm_90a --cache .gpu/cache --templates DIR, here) to save the device's time.
 # usage: [ROUNDS=3] bash tools/gpu_ab.sh EXPERIMENT.yaml DIR_A DIR_B [DIR_C ...]   (DIR: a kernel_templates copy)
+#        [ROUNDS=3] bash tools/gpu_ab.sh --vary NAME=V0,V1[,...] EXPERIMENT.yaml DIR   (one tunable's values, one folder)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 3 ] || { echo "usage: [ROUNDS=3] $0 EXPERIMENT.yaml DIR_A DIR_B [DIR_C ...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: [ROUNDS=3] $0 [--vary NAME=V0,V1] EXPERIMENT.yaml DIR_A [DIR_B ...]" >&2; exit 2; }
 out=${FT_GPU_WORK:-/tmp/ft-gpu-ab}
 mkdir -p "$out"
 source tools/gpu_env.sh  # bin, LD_LIBRARY_PATH, FLASHTUNE_CACHE_DIR

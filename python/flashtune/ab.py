@@ -1,5 +1,5 @@
-"""flashtune.ab: an A/B of kernel template folders, measured as interleaved rounds of one experiment in one call on
-one GPU (docs/NOTES.md sessions 38-41), and its table.
+"""flashtune.ab: an A/B of kernel template folders (or of one tunable's values), measured as interleaved rounds of one
+experiment in one call on one GPU (docs/NOTES.md sessions 38-42), and its table.
 
 A kernel variant is a copy of kernel_templates/ (e.g. a branch's: `git archive BRANCH kernel_templates | tar -x -C
 DIR`); one flashtune binary runs the experiment over each folder (`--templates`). Round r runs every folder once, in
@@ -11,7 +11,13 @@ first, round by round (`flashtune query compare A B --format csv`), and the tabl
 variant / first of every round and their geometric mean (< 1: the variant is faster).
 
     python -m flashtune.ab run [--rounds N] [--flashtune BIN] [--out DIR] EXPERIMENT.yaml DIR_A DIR_B [DIR_C ...]
+    python -m flashtune.ab run --vary NAME=V0,V1[,...] [...] EXPERIMENT.yaml DIR
     python -m flashtune.ab table OUT_DIR
+
+With --vary the variants are the values of one tunable over one templates folder: variant k runs a copy of the
+experiment with `NAME: Vk` in every study's space (a one-line `space: {...}` mapping; replaced or added), and its
+trials are matched to variant 0's by family, problem and config without NAME (`query trials RUN --format csv`),
+since `query compare` matches whole configs. Session 42 compared persistent 1 / 2 and dq_zero 1 / 2 so by hand.
 
 On the GPU machine, tools/gpu_ab.sh wraps `run` (the packed binary and its environment). `table` reprints the table
 of a finished run's folder (its ab_runs.csv and compare CSVs), e.g. on this machine after the files came back.
@@ -28,6 +34,48 @@ import subprocess
 import sys
 
 _VALIDATE = re.compile(r"^validate\s*:.*$", re.M)
+_SPACE = re.compile(r"^(\s*space\s*:\s*)\{(.*)\}([ \t]*(?:#.*)?)$", re.M)
+_BLOCK_SPACE = re.compile(r"^\s*space\s*:\s*(?:#.*)?$", re.M)
+
+
+def _split_top(text: str) -> list:
+    """text split at the commas outside brackets (a flow mapping's entries; values may be lists)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def with_tunable(text: str, name: str, value: str) -> str:
+    """The experiment YAML with `name: value` in every study's one-line `space: {...}` mapping (replacing the
+    space's own `name` entry, or added at its end)."""
+    if _BLOCK_SPACE.search(text):
+        raise ValueError("the experiment has a block-style 'space:' mapping; --vary edits one-line 'space: {...}' only")
+
+    def one(m):
+        keep = [p for p in _split_top(m.group(2)) if p.split(":", 1)[0].strip() != name]
+        return f"{m.group(1)}{{{', '.join(keep + [f'{name}: {value}'])}}}{m.group(3)}"
+
+    new, n = _SPACE.subn(one, text)
+    if n == 0:
+        raise ValueError("the experiment has no 'space: {...}' mapping to set " + name + " in")
+    return new
+
+
+def parse_vary(spec: str) -> tuple:
+    """NAME=V0,V1[,...] -> (NAME, [V0, V1, ...]); two values or more, no repeats."""
+    name, sep, values = spec.partition("=")
+    vals = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()) or len(vals) < 2 or len(set(vals)) < len(vals):
+        raise ValueError(f"--vary {spec!r}: expected NAME=V0,V1[,...] (a tunable and two different values or more)")
+    return name.strip(), vals
 
 
 def without_validation(text: str) -> str:
@@ -65,33 +113,83 @@ def last_run_id(binary: str, db: str) -> int:
     return max(int(r["id"]) for r in rows)
 
 
-def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=sys.stderr) -> None:
-    """Runs the rounds into out/ (ab_rR.sqlite, logs, ab_runs.csv: round, folder, run id) and the comparisons
-    (cmp_rR_K.csv: folder K against folder 0 in round R)."""
+def _trial_rows(binary: str, db: str, run_id: int, name: str) -> dict:
+    """A run's trials by (family, problem, config without `name`): (median ms or "", SM clock or "")."""
+    rows = csv.DictReader(io.StringIO(_flashtune(binary, ["query", "trials", str(run_id), "--db", db, "--format", "csv"])))
+    got = {}
+    for row in rows:
+        config = ",".join(kv for kv in row["config"].split(",") if kv.split("=", 1)[0] != name)
+        ok = row.get("status") == "ok"
+        got[(row["family"], row.get("stage", ""), row["problem"], config)] = (
+            row["median_ms"] if ok else "", row.get("sm_mhz", "") if ok else "")
+    return got
+
+
+def compare_by_tunable(binary: str, db: str, run_a: int, run_b: int, name: str) -> str:
+    """query compare's CSV columns (and the SM clocks) for two runs whose configs differ in `name` only."""
+    a, b = _trial_rows(binary, db, run_a, name), _trial_rows(binary, db, run_b, name)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["family", "stage", "problem", "config", "a_median_ms", "a_sm_mhz", "b_median_ms", "b_sm_mhz"])
+    for key in list(a) + [k for k in b if k not in a]:
+        (am, ac), (bm, bc) = a.get(key, ("", "")), b.get(key, ("", ""))
+        w.writerow(list(key) + [am, ac, bm, bc])
+    return buf.getvalue()
+
+
+def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=sys.stderr, vary=None) -> None:
+    """Runs the rounds into out/ (ab_rR.sqlite, logs, ab_runs.csv: round, variant, run id) and the comparisons
+    (cmp_rR_K.csv: variant K against variant 0 in round R). The variants are the folders, or with vary = (NAME,
+    [V0, V1, ...]) the values of tunable NAME over the one folder (their experiment copies in out/, their labels in
+    variants.txt)."""
     for d in folders:
         if not os.path.isdir(d):
             raise FileNotFoundError(f"no such templates folder: {d}")
     with open(experiment) as f:
         text = f.read()
     os.makedirs(out, exist_ok=True)
-    quiet = os.path.join(out, "no_validation.yaml")
-    with open(quiet, "w") as f:
-        f.write(without_validation(text))
+    if vary:
+        name, values = vary
+        texts = [with_tunable(text, name, v) for v in values]
+        variants = [(folders[0], f"{name}={v}") for v in values]
+        with open(os.path.join(out, "variants.txt"), "w") as f:
+            f.write("".join(label + "\n" for _, label in variants))
+    else:
+        texts = [text] * len(folders)
+        variants = [(d, f"folder {k}") for k, d in enumerate(folders)]
+    loud, quiet = [], []
+    for k, t in enumerate(texts):
+        loud.append(experiment if not vary else os.path.join(out, f"variant{k}.yaml"))
+        quiet.append(os.path.join(out, f"no_validation{k if vary else ''}.yaml"))
+        if vary:
+            with open(loud[-1], "w") as f:
+                f.write(t)
+        with open(quiet[-1], "w") as f:
+            f.write(without_validation(t))
     ids = []
     for r in range(1, rounds + 1):
         db = os.path.join(out, f"ab_r{r}.sqlite")
-        for k in round_order(list(range(len(folders))), r):
-            d = folders[k]
+        for k in round_order(list(range(len(variants))), r):
+            d, label = variants[k]
             with open(os.path.join(out, f"r{r}_f{k}.log"), "w") as logf:
-                res = subprocess.run([binary, "run", experiment if r == 1 else quiet, "--templates", d, "--db", db],
+                res = subprocess.run([binary, "run", loud[k] if r == 1 else quiet[k], "--templates", d, "--db", db],
                                      stdout=logf, stderr=subprocess.STDOUT)
             if res.returncode != 0:
-                raise RuntimeError(f"round {r}, folder {d}: flashtune run failed (rc {res.returncode}, "
-                                   f"log {logf.name})")
+                raise RuntimeError(f"round {r}, {label if vary else 'folder ' + d}: flashtune run failed "
+                                   f"(rc {res.returncode}, log {logf.name})")
             ids.append((r, k, last_run_id(binary, db)))
-            print(f"round {r}: folder {k} ({d}) run {ids[-1][2]}", file=log)
+            print(f"round {r}: {label} ({d}) run {ids[-1][2]}", file=log)
     with open(os.path.join(out, "ab_runs.csv"), "w") as f:
         f.write("round,folder,run\n" + "".join(f"{r},{k},{i}\n" for r, k, i in ids))
+    if vary:
+        runs = {(r, k): i for r, k, i in ids}
+        for r in range(1, rounds + 1):
+            for k in range(1, len(variants)):
+                cmp = compare_by_tunable(binary, os.path.join(out, f"ab_r{r}.sqlite"), runs[(r, 0)], runs[(r, k)],
+                                         vary[0])
+                with open(os.path.join(out, f"cmp_r{r}_{k}.csv"), "w") as f:
+                    f.write(cmp)
+        return
     runs = {(r, k): i for r, k, i in ids}
     for r in range(1, rounds + 1):
         for k in range(1, len(folders)):
@@ -116,6 +214,10 @@ def table(out: str) -> list:
         raise RuntimeError(f"{out}/ab_runs.csv: no runs")
     rounds = max(r for r, _ in ids)
     variants = sorted({k for _, k in ids if k > 0})
+    labels = {k: f"folder {k}" for k in [0] + variants}
+    if os.path.exists(os.path.join(out, "variants.txt")):  # --vary: NAME=value per variant
+        with open(os.path.join(out, "variants.txt")) as f:
+            labels.update(enumerate(line.strip() for line in f))
     lines = []
     for k in variants:
         rows = {}  # (family, problem, config) -> [ratio per round], first folder's ms of round 1
@@ -130,7 +232,7 @@ def table(out: str) -> list:
                         a = b = float("nan")
                     entry = rows.setdefault(key, [[None] * rounds, a])
                     entry[0][r - 1] = b / a if a > 0 and b > 0 else None
-        lines.append(f"== folder {k} / folder 0, {rounds} rounds (< 1: folder {k} faster)")
+        lines.append(f"== {labels[k]} / {labels[0]}, {rounds} rounds (< 1: {labels[k]} faster)")
         for (family, problem, config), (ratios, ms) in rows.items():
             got = [x for x in ratios if x is not None]
             mean = math.exp(sum(math.log(x) for x in got) / len(got)) if got else float("nan")
@@ -146,6 +248,7 @@ def main(argv=None) -> int:
     rp.add_argument("--rounds", type=int, default=3)
     rp.add_argument("--flashtune", default="build/harness/cli/flashtune", help="the flashtune binary")
     rp.add_argument("--out", default="ab-out", help="folder for the databases, logs and comparisons")
+    rp.add_argument("--vary", metavar="NAME=V0,V1", help="variants = these values of tunable NAME over one folder")
     rp.add_argument("experiment")
     rp.add_argument("folders", nargs="+", metavar="DIR")
     tp = sub.add_parser("table", help="the table of a finished run's folder")
@@ -153,11 +256,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "run":
-            if len(args.folders) < 2:
-                raise ValueError("an A/B needs two template folders or more")
+            vary = parse_vary(args.vary) if args.vary else None
+            if vary and len(args.folders) != 1:
+                raise ValueError("--vary takes one template folder (its variants are the tunable's values)")
+            if not vary and len(args.folders) < 2:
+                raise ValueError("an A/B needs two template folders or more (or --vary NAME=V0,V1 and one)")
             if args.rounds < 1:
                 raise ValueError("--rounds must be 1 or more")
-            run(args.experiment, args.folders, args.rounds, args.flashtune, args.out)
+            run(args.experiment, args.folders, args.rounds, args.flashtune, args.out, vary=vary)
         out = args.out
         lines = table(out)
         if args.cmd == "run":

@@ -1,8 +1,10 @@
 """tests/test_ab_cpu.py: flashtune.ab (python -m flashtune.ab) through a fake flashtune binary: the rounds' order, the
 validation-off copy of later rounds, one database per round, the comparisons against the first folder and the table
-of ratios; bad input (a missing folder, a failing run, a YAML without a name) as one line."""
+of ratios; --vary (a tunable's values over one folder, matched without the tunable); bad input (a missing folder, a
+failing run, a YAML without a name, a bad --vary) as one line."""
 import json
 import os
+import re
 import tempfile
 import textwrap
 import unittest
@@ -12,10 +14,11 @@ from flashtune import ab
 from tests.capture import run_main
 
 # The fake keeps a "database" as JSON: a list of runs (experiment text's validate line, templates folder, median ms
-# read from the folder's file `ms`). `query compare A B --format csv` prints one config row per problem in `problems`.
+# read from the folder's file `ms`). `query compare A B --format csv` prints one config row per problem in `problems`;
+# `query trials RUN --format csv` the run's two trials at its experiment's `knob` (1 if none), times x (1 + (knob - 1) / 10).
 FAKE = textwrap.dedent("""\
     #!/usr/bin/env python3
-    import csv, json, os, sys
+    import csv, json, os, re, sys
     args = sys.argv[1:]
     db = args[args.index("--db") + 1]
     runs = json.load(open(db)) if os.path.exists(db) else []
@@ -25,7 +28,7 @@ FAKE = textwrap.dedent("""\
         if os.path.exists(os.path.join(folder, "fail")):
             print("trial crashed", file=sys.stderr); sys.exit(3)
         runs.append({"folder": folder, "validate_off": "validate: {enabled: false}" in text,
-                     "ms": float(open(os.path.join(folder, "ms")).read())})
+                     "ms": float(open(os.path.join(folder, "ms")).read()), "text": text})
         json.dump(runs, open(db, "w"))
         open(db + ".order", "a").write(os.path.basename(folder) + "\\n")
     elif args[:2] == ["query", "runs"]:
@@ -39,6 +42,15 @@ FAKE = textwrap.dedent("""\
                     "verdict"])
         for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)):
             w.writerow(["fam", "stage", p, "block_m=64", a["ms"] * scale, 0.01, b["ms"] * scale, 0.01, "x", "same"])
+    elif args[:2] == ["query", "trials"]:
+        r = runs[int(args[2]) - 1]
+        m = re.search(r"knob: (\\d+)", r["text"])
+        knob = int(m.group(1)) if m else 1
+        w = csv.writer(sys.stdout)
+        w.writerow(["id", "family", "stage", "problem", "config", "status", "median_ms", "sm_mhz"])
+        for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)):
+            w.writerow([1, "fam", "stage", p, f"block_m=64,knob={knob}", "ok", r["ms"] * scale * (1 + (knob - 1) / 10),
+                        1700])
     """)
 
 
@@ -88,6 +100,38 @@ class AbCpu(unittest.TestCase):
         rc, again, _ = self.main(["table", out])
         self.assertEqual((rc, again), (0, stdout))
 
+    def test_vary_runs_a_tunables_values_over_one_folder(self):
+        with open(self.exp, "w") as f:
+            f.write("name: x\nstudies:\n  - family: fam\n    space: {block_m: [64, 128], knob: 1}  # tuned\n")
+        out = os.path.join(self.d, "out")
+        rc, stdout, err = self.main(["run", "--rounds", "2", "--vary", "knob=1,3", "--flashtune", self.ft, "--out", out,
+                                     self.exp, self.folders[0]])
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out, "ab_r2.sqlite")) as f:
+            runs = json.load(f)
+        self.assertEqual([re.search(r"knob: (\d+)", x["text"]).group(1) for x in runs], ["3", "1"])  # reversed
+        self.assertEqual([x["validate_off"] for x in runs], [True, True])
+        self.assertIn("space: {block_m: [64, 128], knob: 3}  # tuned", runs[0]["text"])
+        # matched without the tunable: 1.2 of knob=1 on both problems, every round
+        self.assertIn("== knob=3 / knob=1, 2 rounds (< 1: knob=3 faster)", stdout)
+        self.assertEqual(stdout.count("1.2000  1.200 / 1.200"), 2)
+        self.assertIn("fam  batch=2,seq=64  block_m=64\n", stdout + "\n")
+        rc, again, _ = self.main(["table", out])
+        self.assertEqual((rc, again), (0, stdout))
+
+    def test_with_tunable_replaces_or_adds_in_every_space(self):
+        text = "name: x\n  space: {a: 1, knob: [1, 2], b: {c: 3}}\n  space: {a: 2}\n"
+        self.assertEqual(ab.with_tunable(text, "knob", "4"),
+                         "name: x\n  space: {a: 1, b: {c: 3}, knob: 4}\n  space: {a: 2, knob: 4}\n")
+        with self.assertRaises(ValueError):
+            ab.with_tunable("name: x\nstudies: []\n", "knob", "2")
+        with self.assertRaises(ValueError):
+            ab.with_tunable("name: x\n  space:\n    knob: 1\n", "knob", "2")
+        self.assertEqual(ab.parse_vary("knob=1, 2"), ("knob", ["1", "2"]))
+        for bad in ("knob", "knob=1", "knob=1,1", "=1,2", "k-nob=1,2"):
+            with self.assertRaises(ValueError):
+                ab.parse_vary(bad)
+
     def test_the_mean_is_geometric_over_rounds(self):
         out = os.path.join(self.d, "out")
         os.makedirs(out)
@@ -129,6 +173,15 @@ class AbCpu(unittest.TestCase):
         rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp, self.folders[0]])
         self.assertEqual(rc, 2)
         self.assertIn("two template folders", err)
+        rc, _, err = self.main(["run", "--vary", "knob=1,2", "--flashtune", self.ft, "--out", out, self.exp]
+                               + self.folders[:2])
+        self.assertEqual(rc, 2)
+        self.assertIn("--vary takes one template folder", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        rc, _, err = self.main(["run", "--vary", "knob=1", "--flashtune", self.ft, "--out", out, self.exp,
+                                self.folders[0]])
+        self.assertEqual(rc, 2)
+        self.assertIn("expected NAME=V0,V1", err)
         with open(self.exp, "w") as f:
             f.write("studies: []\n")
         rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp] + self.folders[:2])
