@@ -148,31 +148,31 @@ def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=
     with open(experiment) as f:
         text = f.read()
     os.makedirs(out, exist_ok=True)
+
+    def write(path: str, t: str) -> str:
+        with open(path, "w") as f:
+            f.write(t)
+        return path
+
+    # Per variant: its templates folder, its label, the experiment of round 1 and the validation-off copy of later ones.
     if vary:
         name, values = vary
-        texts = [with_tunable(text, name, v) for v in values]
-        variants = [(folders[0], f"{name}={v}") for v in values]
-        with open(os.path.join(out, "variants.txt"), "w") as f:
-            f.write("".join(label + "\n" for _, label in variants))
+        variants = []
+        for k, v in enumerate(values):
+            t = with_tunable(text, name, v)
+            variants.append((folders[0], f"{name}={v}", write(os.path.join(out, f"variant{k}.yaml"), t),
+                             write(os.path.join(out, f"no_validation{k}.yaml"), without_validation(t))))
+        write(os.path.join(out, "variants.txt"), "".join(label + "\n" for _, label, _, _ in variants))
     else:
-        texts = [text] * len(folders)
-        variants = [(d, f"folder {k}") for k, d in enumerate(folders)]
-    loud, quiet = [], []
-    for k, t in enumerate(texts):
-        loud.append(experiment if not vary else os.path.join(out, f"variant{k}.yaml"))
-        quiet.append(os.path.join(out, f"no_validation{k if vary else ''}.yaml"))
-        if vary:
-            with open(loud[-1], "w") as f:
-                f.write(t)
-        with open(quiet[-1], "w") as f:
-            f.write(without_validation(t))
+        quiet = write(os.path.join(out, "no_validation.yaml"), without_validation(text))
+        variants = [(d, f"folder {k}", experiment, quiet) for k, d in enumerate(folders)]
     ids = []
     for r in range(1, rounds + 1):
         db = os.path.join(out, f"ab_r{r}.sqlite")
         for k in round_order(list(range(len(variants))), r):
-            d, label = variants[k]
+            d, label, loud, quiet = variants[k]
             with open(os.path.join(out, f"r{r}_f{k}.log"), "w") as logf:
-                res = subprocess.run([binary, "run", loud[k] if r == 1 else quiet[k], "--templates", d, "--db", db],
+                res = subprocess.run([binary, "run", loud if r == 1 else quiet, "--templates", d, "--db", db],
                                      stdout=logf, stderr=subprocess.STDOUT)
             if res.returncode != 0:
                 raise RuntimeError(f"round {r}, {label if vary else 'folder ' + d}: flashtune run failed "
@@ -181,28 +181,22 @@ def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=
             print(f"round {r}: {label} ({d}) run {ids[-1][2]}", file=log)
     with open(os.path.join(out, "ab_runs.csv"), "w") as f:
         f.write("round,folder,run\n" + "".join(f"{r},{k},{i}\n" for r, k, i in ids))
-    if vary:
-        runs = {(r, k): i for r, k, i in ids}
-        for r in range(1, rounds + 1):
-            for k in range(1, len(variants)):
-                cmp = compare_by_tunable(binary, os.path.join(out, f"ab_r{r}.sqlite"), runs[(r, 0)], runs[(r, k)],
-                                         vary[0])
-                with open(os.path.join(out, f"cmp_r{r}_{k}.csv"), "w") as f:
-                    f.write(cmp)
-        return
     runs = {(r, k): i for r, k, i in ids}
     for r in range(1, rounds + 1):
-        for k in range(1, len(folders)):
-            try:
-                cmp = _flashtune(binary, ["query", "compare", str(runs[(r, 0)]), str(runs[(r, k)]), "--db",
-                                          os.path.join(out, f"ab_r{r}.sqlite"), "--format", "csv"])
-            except RuntimeError as e:
-                if "has no trials" in str(e):  # a run whose every trial was already in the round's database
-                    raise RuntimeError(f"{e} (folders 0 and {k} compile the same kernels? a round's database runs "
-                                       "a kernel source once: compare folders that differ)") from None
-                raise
-            with open(os.path.join(out, f"cmp_r{r}_{k}.csv"), "w") as f:
-                f.write(cmp)
+        db = os.path.join(out, f"ab_r{r}.sqlite")
+        for k in range(1, len(variants)):
+            if vary:
+                cmp = compare_by_tunable(binary, db, runs[(r, 0)], runs[(r, k)], vary[0])
+            else:
+                try:
+                    cmp = _flashtune(binary, ["query", "compare", str(runs[(r, 0)]), str(runs[(r, k)]), "--db", db,
+                                              "--format", "csv"])
+                except RuntimeError as e:
+                    if "has no trials" in str(e):  # a run whose every trial was already in the round's database
+                        raise RuntimeError(f"{e} (folders 0 and {k} compile the same kernels? a round's database runs "
+                                           "a kernel source once: compare folders that differ)") from None
+                    raise
+            write(os.path.join(out, f"cmp_r{r}_{k}.csv"), cmp)
 
 
 def table(out: str) -> list:
