@@ -7,8 +7,11 @@ the given order for odd r and reversed for even r (so no folder always runs firs
 ab_rR.sqlite (a trial is keyed by its kernel source too, so the folders of a round do not collide, and no round
 reuses another's trials). Round 1 runs the experiment as it is (validated against the reference, if it validates);
 later rounds run a copy with `validate: {enabled: false}`. Then each folder after the first is compared with the
-first, round by round (`flashtune query compare A B --format csv`), and the table lists per config the ratio
-variant / first of every round and their geometric mean (< 1: the variant is faster).
+first, round by round: the two runs' trials (`flashtune query trials RUN --format csv`) matched by family, problem
+and config, with their SM clocks. The table lists per config the time ratio variant / first of every round and
+their geometric mean (< 1: the variant is faster), then the geometric means of the clock ratio and of the cycle
+ratio (time x clock): under the 700 W cap a variant can run the same cycles at a higher clock, i.e. save energy, or
+save cycles and lose clock (docs/NOTES.md sessions 34 and 43).
 
     python -m flashtune.ab run [--rounds N] [--flashtune BIN] [--out DIR] EXPERIMENT.yaml DIR_A DIR_B [DIR_C ...]
     python -m flashtune.ab run --vary NAME=V0,V1[,...] [...] EXPERIMENT.yaml DIR
@@ -16,8 +19,8 @@ variant / first of every round and their geometric mean (< 1: the variant is fas
 
 With --vary the variants are the values of one tunable over one templates folder: variant k runs a copy of the
 experiment with `NAME: Vk` in every study's space (a one-line `space: {...}` mapping; replaced or added), and its
-trials are matched to variant 0's by family, problem and config without NAME (`query trials RUN --format csv`),
-since `query compare` matches whole configs. Session 42 compared persistent 1 / 2 and dq_zero 1 / 2 so by hand.
+trials are matched to variant 0's by family, problem and config without NAME. Session 42 compared persistent 1 / 2
+and dq_zero 1 / 2 so by hand.
 
 On the GPU machine, tools/gpu_ab.sh wraps `run` (the packed binary and its environment). `table` reprints the table
 of a finished run's folder (its ab_runs.csv and compare CSVs), e.g. on this machine after the files came back.
@@ -113,8 +116,9 @@ def last_run_id(binary: str, db: str) -> int:
     return max(int(r["id"]) for r in rows)
 
 
-def _trial_rows(binary: str, db: str, run_id: int, name: str) -> dict:
-    """A run's trials by (family, problem, config without `name`): (median ms or "", SM clock or "")."""
+def _trial_rows(binary: str, db: str, run_id: int, name) -> dict:
+    """A run's trials by (family, stage, problem, config without tunable `name`; whole with None): (median ms or "",
+    SM clock or "")."""
     rows = csv.DictReader(io.StringIO(_flashtune(binary, ["query", "trials", str(run_id), "--db", db, "--format", "csv"])))
     got = {}
     for row in rows:
@@ -125,9 +129,13 @@ def _trial_rows(binary: str, db: str, run_id: int, name: str) -> dict:
     return got
 
 
-def compare_by_tunable(binary: str, db: str, run_a: int, run_b: int, name: str) -> str:
-    """query compare's CSV columns (and the SM clocks) for two runs whose configs differ in `name` only."""
+def compare_runs(binary: str, db: str, run_a: int, run_b: int, name=None) -> str:
+    """Two runs' trials side by side as CSV (family, stage, problem, config, a_median_ms, a_sm_mhz, b_median_ms,
+    b_sm_mhz), matched by config, or by config without tunable `name` (--vary: the runs differ in it only)."""
     a, b = _trial_rows(binary, db, run_a, name), _trial_rows(binary, db, run_b, name)
+    if not b:  # every trial of run b was already in the round's database (a kernel source runs once per database)
+        raise RuntimeError(f"{db}: run {run_b} has no trials (it compiled the same kernels as run {run_a}? compare "
+                           "folders that differ)")
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["family", "stage", "problem", "config", "a_median_ms", "a_sm_mhz", "b_median_ms", "b_sm_mhz"])
@@ -185,23 +193,27 @@ def run(experiment: str, folders: list, rounds: int, binary: str, out: str, log=
     for r in range(1, rounds + 1):
         db = os.path.join(out, f"ab_r{r}.sqlite")
         for k in range(1, len(variants)):
-            if vary:
-                cmp = compare_by_tunable(binary, db, runs[(r, 0)], runs[(r, k)], vary[0])
-            else:
-                try:
-                    cmp = _flashtune(binary, ["query", "compare", str(runs[(r, 0)]), str(runs[(r, k)]), "--db", db,
-                                              "--format", "csv"])
-                except RuntimeError as e:
-                    if "has no trials" in str(e):  # a run whose every trial was already in the round's database
-                        raise RuntimeError(f"{e} (folders 0 and {k} compile the same kernels? a round's database runs "
-                                           "a kernel source once: compare folders that differ)") from None
-                    raise
+            cmp = compare_runs(binary, db, runs[(r, 0)], runs[(r, k)], vary[0] if vary else None)
             write(os.path.join(out, f"cmp_r{r}_{k}.csv"), cmp)
 
 
+def _geomean(xs: list) -> float:
+    got = [x for x in xs if x is not None]
+    return math.exp(sum(math.log(x) for x in got) / len(got)) if got else float("nan")
+
+
+def _ratio(a: str, b: str):
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):  # no time (a failed trial, or only in one run), or an older CSV without clocks
+        return None
+    return b / a if a > 0 and b > 0 else None
+
+
 def table(out: str) -> list:
-    """The lines of the table for a run's folder: per variant folder and config, the ratio of every round and the
-    geometric mean, with the first folder's median time of round 1."""
+    """The lines of the table for a run's folder: per variant folder and config, the time ratio of every round and
+    the geometric mean, the first folder's median time of round 1, and the geometric means of the clock and cycle
+    ratios (where the comparisons carry clocks: runs before session 43 compared by `query compare` do not)."""
     with open(os.path.join(out, "ab_runs.csv")) as f:
         ids = [(int(r["round"]), int(r["folder"])) for r in csv.DictReader(f)]
     if not ids:
@@ -214,24 +226,28 @@ def table(out: str) -> list:
             labels.update(enumerate(line.strip() for line in f))
     lines = []
     for k in variants:
-        rows = {}  # (family, problem, config) -> [ratio per round], first folder's ms of round 1
+        # (family, problem, config) -> [time ratio per round], [clock ratio per round], first folder's ms of round 1
+        rows = {}
         for r in range(1, rounds + 1):
             path = os.path.join(out, f"cmp_r{r}_{k}.csv")
             with open(path) as f:
                 for row in csv.DictReader(f):
                     key = (row["family"], row["problem"], row["config"])
-                    try:  # a config without a time on one side (failed, or only in one run) is "-" that round
-                        a, b = float(row["a_median_ms"]), float(row["b_median_ms"])
+                    try:
+                        a = float(row["a_median_ms"])
                     except ValueError:
-                        a = b = float("nan")
-                    entry = rows.setdefault(key, [[None] * rounds, a])
-                    entry[0][r - 1] = b / a if a > 0 and b > 0 else None
+                        a = float("nan")
+                    entry = rows.setdefault(key, [[None] * rounds, [None] * rounds, a])
+                    # a config without a time on one side (failed, or only in one run) is "-" that round
+                    entry[0][r - 1] = _ratio(row["a_median_ms"], row["b_median_ms"])
+                    entry[1][r - 1] = _ratio(row.get("a_sm_mhz"), row.get("b_sm_mhz")) if entry[0][r - 1] else None
         lines.append(f"== {labels[k]} / {labels[0]}, {rounds} rounds (< 1: {labels[k]} faster)")
-        for (family, problem, config), (ratios, ms) in rows.items():
-            got = [x for x in ratios if x is not None]
-            mean = math.exp(sum(math.log(x) for x in got) / len(got)) if got else float("nan")
+        for (family, problem, config), (ratios, clocks, ms) in rows.items():
             cells = " / ".join("-" if x is None else f"{x:.3f}" for x in ratios)
-            lines.append(f"{mean:.4f}  {cells}  {ms:9.4f} ms  {family}  {problem}  {config}")
+            cycles = [t * c if t and c else None for t, c in zip(ratios, clocks)]
+            clock = (f"  clock {_geomean(clocks):.3f}  cycles {_geomean(cycles):.3f}"
+                     if any(c is not None for c in clocks) else "")
+            lines.append(f"{_geomean(ratios):.4f}  {cells}  {ms:9.4f} ms{clock}  {family}  {problem}  {config}")
     return lines
 
 

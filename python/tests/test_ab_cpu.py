@@ -14,8 +14,9 @@ from flashtune import ab
 from tests.capture import run_main
 
 # The fake keeps a "database" as JSON: a list of runs (experiment text's validate line, templates folder, median ms
-# read from the folder's file `ms`). `query compare A B --format csv` prints one config row per problem in `problems`;
-# `query trials RUN --format csv` the run's two trials at its experiment's `knob` (1 if none), times x (1 + (knob - 1) / 10).
+# read from the folder's file `ms`, SM clock from its file `mhz`, 1700 without). `query trials RUN --format csv` prints
+# the run's two trials (problems batch=1 and 2, times x 1 and x 2) at its experiment's `knob` (1 if none), times x (1 +
+# (knob - 1) / 10); none for a folder with a file `reused` (its kernels already in the database).
 FAKE = textwrap.dedent("""\
     #!/usr/bin/env python3
     import csv, json, os, re, sys
@@ -27,30 +28,26 @@ FAKE = textwrap.dedent("""\
         text = open(args[1]).read()
         if os.path.exists(os.path.join(folder, "fail")):
             print("trial crashed", file=sys.stderr); sys.exit(3)
+        mhz = os.path.join(folder, "mhz")
         runs.append({"folder": folder, "validate_off": "validate: {enabled: false}" in text,
-                     "ms": float(open(os.path.join(folder, "ms")).read()), "text": text})
+                     "ms": float(open(os.path.join(folder, "ms")).read()), "text": text,
+                     "mhz": float(open(mhz).read()) if os.path.exists(mhz) else 1700,
+                     "reused": os.path.exists(os.path.join(folder, "reused"))})
         json.dump(runs, open(db, "w"))
         open(db + ".order", "a").write(os.path.basename(folder) + "\\n")
     elif args[:2] == ["query", "runs"]:
         print("id,started,experiment")
         for i, r in enumerate(runs):
             print(f"{i + 1},t,x")
-    elif args[:2] == ["query", "compare"]:
-        a, b = runs[int(args[2]) - 1], runs[int(args[3]) - 1]
-        w = csv.writer(sys.stdout)
-        w.writerow(["family", "stage", "problem", "config", "a_median_ms", "a_noise", "b_median_ms", "b_noise", "diff",
-                    "verdict"])
-        for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)):
-            w.writerow(["fam", "stage", p, "block_m=64", a["ms"] * scale, 0.01, b["ms"] * scale, 0.01, "x", "same"])
     elif args[:2] == ["query", "trials"]:
         r = runs[int(args[2]) - 1]
         m = re.search(r"knob: (\\d+)", r["text"])
         knob = int(m.group(1)) if m else 1
         w = csv.writer(sys.stdout)
         w.writerow(["id", "family", "stage", "problem", "config", "status", "median_ms", "sm_mhz"])
-        for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)):
+        for p, scale in (("batch=1,seq=64", 1.0), ("batch=2,seq=64", 2.0)) if not r["reused"] else ():
             w.writerow([1, "fam", "stage", p, f"block_m=64,knob={knob}", "ok", r["ms"] * scale * (1 + (knob - 1) / 10),
-                        1700])
+                        r["mhz"]])
     """)
 
 
@@ -66,11 +63,14 @@ class AbCpu(unittest.TestCase):
         with open(self.exp, "w") as f:
             f.write("# an experiment\nname: x\nstudies: []\n")
         self.folders = []
-        for name, ms in (("tA", 2.0), ("tB", 1.9), ("tC", 2.2)):
+        for name, ms, mhz in (("tA", 2.0, 1700), ("tB", 1.9, 1785), ("tC", 2.2, None)):
             d = os.path.join(self.d, name)
             os.makedirs(d)
             with open(os.path.join(d, "ms"), "w") as f:
                 f.write(str(ms))
+            if mhz:
+                with open(os.path.join(d, "mhz"), "w") as f:
+                    f.write(str(mhz))
             self.folders.append(d)
 
     def tearDown(self):
@@ -91,10 +91,13 @@ class AbCpu(unittest.TestCase):
             with open(db) as f:
                 runs = json.load(f)
             self.assertEqual([x["validate_off"] for x in runs], [r > 1] * 3)
-        # the table: folder 1 at 0.95 of folder 0 and folder 2 at 1.1 in every round, both problems
+        # the table: folder 1 at 0.95 of folder 0 and folder 2 at 1.1 in every round, both problems; folder 1 at a
+        # 5 % higher clock (1785 / 1700 MHz): its cycles 0.95 x 1.05 = 0.9975 (printed 0.997) of folder 0's
         self.assertIn("== folder 1 / folder 0, 3 rounds", stdout)
-        self.assertIn("0.9500  0.950 / 0.950 / 0.950", stdout)
+        self.assertEqual(stdout.count("0.9500  0.950 / 0.950 / 0.950"), 2)
+        self.assertIn("ms  clock 1.050  cycles 0.997  fam  batch=2,seq=64  block_m=64,knob=1", stdout)
         self.assertIn("1.1000  1.100 / 1.100 / 1.100", stdout)
+        self.assertIn("ms  clock 1.000  cycles 1.100  fam", stdout)
         self.assertEqual(stdout.count("batch=2,seq=64"), 2)
         self.assertTrue(os.path.exists(os.path.join(out, "ab.txt")))
         rc, again, _ = self.main(["table", out])
@@ -115,7 +118,7 @@ class AbCpu(unittest.TestCase):
         # matched without the tunable: 1.2 of knob=1 on both problems, every round
         self.assertIn("== knob=3 / knob=1, 2 rounds (< 1: knob=3 faster)", stdout)
         self.assertEqual(stdout.count("1.2000  1.200 / 1.200"), 2)
-        self.assertIn("fam  batch=2,seq=64  block_m=64\n", stdout + "\n")
+        self.assertIn("ms  clock 1.000  cycles 1.200  fam  batch=2,seq=64  block_m=64\n", stdout + "\n")
         rc, again, _ = self.main(["table", out])
         self.assertEqual((rc, again), (0, stdout))
 
@@ -149,6 +152,14 @@ class AbCpu(unittest.TestCase):
                     "fam,stage,p,c,1.0,0,,,,not comparable\n")
         lines = ab.table(out)
         self.assertTrue(lines[1].startswith("0.5000  0.500 / -"), lines)
+        self.assertNotIn("clock", lines[1])  # compare CSVs of before session 43 carry no clocks
+        # with clocks: their ratio and the cycles' (time x clock), geometric over the rounds with a time
+        for r, (b, mhz) in ((1, (0.5, 1800)), (2, (2.0, 2400))):
+            with open(os.path.join(out, f"cmp_r{r}_1.csv"), "w") as f:
+                f.write("family,stage,problem,config,a_median_ms,a_sm_mhz,b_median_ms,b_sm_mhz\n"
+                        f"fam,stage,p,c,1.0,1200,{b},{mhz}\n")
+        lines = ab.table(out)
+        self.assertIn("1.0000  0.500 / 2.000     1.0000 ms  clock 1.732  cycles 1.732  fam  p  c", lines[1])
 
     def test_validation_line_is_replaced_or_added(self):
         self.assertEqual(ab.without_validation("name: x\nvalidate: {enabled: true}\n"),
@@ -173,6 +184,12 @@ class AbCpu(unittest.TestCase):
         rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp, self.folders[0]])
         self.assertEqual(rc, 2)
         self.assertIn("two template folders", err)
+        os.remove(os.path.join(self.folders[1], "fail"))
+        open(os.path.join(self.folders[1], "reused"), "w").close()
+        rc, _, err = self.main(["run", "--flashtune", self.ft, "--out", out, self.exp] + self.folders[:2])
+        self.assertEqual(rc, 2)
+        self.assertIn("has no trials (it compiled the same kernels as run ", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
         rc, _, err = self.main(["run", "--vary", "knob=1,2", "--flashtune", self.ft, "--out", out, self.exp]
                                + self.folders[:2])
         self.assertEqual(rc, 2)
