@@ -31,6 +31,14 @@
 // loops, fewer writer registers (spills 48 -> 20 B at d128). Session 38, one H200, against mbarriers in the same
 // call: d128 non-causal -0.7 to -1.1 %, causal -1.1 to -1.4 %, Llama / d64 within their noise (docs/NOTES.md).
 //
+// 80-row items (kBlockM 80, head_dim 128, two consumer warpgroups; FlashAttention-4's non-causal tile): 80 is not a
+// wgmma M, so dQ is computed transposed, dQ^T = K^T dS^T (ft_bwd_issue_dq_t: M = 64 head-dim columns, N = the 80
+// rows), one piece per 64-column chunk, both still warpgroup 0's (session 44, one H200: a piece per warpgroup behind
+// one barrier per item was 5 % slower than 64-row items, this 1-1.5 % faster at d128 non-causal, causal 1 % slower).
+// The dS^T tile becomes dS (rows x keys, stmatrix.trans: dQ^T's K-major B operand); dV is issued after dS^T's math
+// (ft_bwd_item_to_ds) and waited for before the first piece, so that the pieces fit the registers beside dK and dV
+// (ptxas C7512 otherwise); the accumulator is in 80-row blocks of dQ^T fragment order.
+//
 // dQ's order: with kDeterministic off, the adds into a row block land in whatever order the blocks reach it. With
 // it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
 // in key-block order: a block's writer counts the earlier key blocks that visit the item's query tile
@@ -70,7 +78,8 @@
 // there: the blocks of a pair reach a row block together and wait on its first store.
 //
 // The accumulator p.ws (zeroed before the launch except with deterministic dQ) holds dQ / scale in 64-row blocks
-// per (batch, query head): block rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim
+// (80-row items: 80-row blocks, kAccRows, each chunk a dQ^T piece in its fragment order; ft_bwd_convert_dq) per
+// (batch, query head): block rb of head h, batch b starts at ((b heads_q + h) ceil(seq_q / 64) + rb) 64 head_dim
 // floats; inside it, the dQ split's kDqSplit column chunks of 64 x kDqN floats follow one another, each in wgmma accumulator order with a
 // thread's four floats of an 8-column tile together (one 16-byte store each): float 128 (w kDqN / 8 + nt) +
 // 4 lane + 2 r + e is row 16 w + lane / 4 + 8 r, column 8 nt + 2 (lane % 4) + e of the chunk. A second launch of the kernel (convert = 1, ft_bwd_convert_dq) writes dQ = T(scale x accumulator).
@@ -95,14 +104,16 @@
 #include "ft/wgmma.cuh"
 
 // The second launch (convert = 1): dq = T(scale x accumulator) for every row below seq_q. Grid (ceil(quads /
-// (threads FtBwdConvert::quads())), heads_q, batch), quads = ceil(seq_q / 64) 64 head_dim / 4 per (batch, head)
-// (ft_bwd_convert_quads): a quad is four consecutive accumulator floats, one thread's (r, e) of one 8-column
-// accumulator tile: columns 8 nt + 2 (lane % 4) + e of rows 16 w + lane / 4 and that + 8, written as two pairs of T.
-// The counters after the accumulator in p.ws (n_rb = ceil(seq_q / 64)): kHeadDim / 64 turns per (batch, query head,
-// 64-row block), then one per (batch, kv head) pair.
-template <int kHeadDim, typename T>
+// (threads FtBwdConvert::quads())), heads_q, batch), quads = ceil(seq_q / kAccRows) kAccRows head_dim / 4 per (batch,
+// head) (ft_bwd_convert_quads): a quad is four consecutive accumulator floats, one thread's (r, e) of one 8-column
+// accumulator tile. kAccRows 64: columns 8 nt + 2 (lane % 4) + e of rows 16 w + lane / 4 and that + 8, written as two
+// pairs of T; 80 (dQ^T pieces): rows 8 nt + 2 (lane % 4) + e of columns 16 w + lane / 4 and that + 8, taken two quads
+// at a time (FtBwdConvert::floats), so that each row's two adjacent columns are one pair of T.
+// The counters after the accumulator in p.ws (n_rb = ceil(seq_q / kAccRows)): kHeadDim / 64 turns per (batch, query
+// head, row block), then one per (batch, kv head) pair.
+template <int kHeadDim, int kAccRows, typename T>
 __device__ __forceinline__ int* ft_bwd_dq_counters(const FtAttnBwdParams<T>& p, long long n_rb) {
-  return reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * 64 * kHeadDim);
+  return reinterpret_cast<int*>(p.ws + static_cast<long long>(p.batch) * p.heads_q * n_rb * kAccRows * kHeadDim);
 }
 // The per-pair counters after the turns (`turns`: ft_bwd_dq_counters' base): one per (batch, kv head), its blocks'
 // finished dQ writers.
@@ -113,55 +124,92 @@ __device__ __forceinline__ int* ft_bwd_pair_counters(int* turns, const FtAttnBwd
 
 // kStoredFirst (deterministic dQ): the accumulator was not zeroed, each piece's turn-0 writer stored it; a piece
 // whose turn counter (after the accumulator) is still 0 had no writer and converts to 0.
-template <typename T, int kHeadDim, int kDqN, bool kStoredFirst>
+template <typename T, int kHeadDim, int kDqN, int kAccRows, bool kStoredFirst>
 __device__ __forceinline__ void ft_bwd_convert_dq(const FtAttnBwdParams<T>& p) {
-  enum : int { kPieceFloats = 64 * kDqN };
-  const long long n_rb = (p.seq_q + 63) / 64;
+  enum : int { kPieceFloats = kAccRows * kDqN, kBlockFloats = kAccRows * kHeadDim };
+  const long long n_rb = (p.seq_q + kAccRows - 1) / kAccRows;
   const long long bh = static_cast<long long>(blockIdx.z) * p.heads_q + blockIdx.y;
-  const float* const acc = p.ws + bh * n_rb * 64 * kHeadDim;
-  const int* const turns = ft_bwd_dq_counters<kHeadDim>(p, n_rb) + bh * n_rb * (kHeadDim / 64);
+  const float* const acc = p.ws + bh * n_rb * kBlockFloats;
+  const int* const turns = ft_bwd_dq_counters<kHeadDim, kAccRows>(p, n_rb) + bh * n_rb * (kHeadDim / 64);
   T* const dq = p.dq + blockIdx.z * p.q_sb + blockIdx.y * p.q_sh;
-  ft_bwd_convert_quads<FtBwdConvert::quads()>(
-      n_rb * 16 * kHeadDim,
-      [&](long long q) {
-        if constexpr (kStoredFirst) {
-          const long long rb = 4 * q / (64 * kHeadDim);
-          const int chunk = int(4 * q - rb * 64 * kHeadDim) / kPieceFloats;
-          if (__ldcg(turns + rb * (kHeadDim / 64) + chunk) == 0) return make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        return __ldcg(reinterpret_cast<const float4*>(acc + 4 * q));
-      },
-      [&](long long q, const float4& x) {
-        const long long i = 4 * q;
-        const long long rb = i / (64 * kHeadDim);
-        const int rem = int(i - rb * 64 * kHeadDim);
-        const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
-        const int lane = (f / 4) % 32, at = f / 128, nt = at % (kDqN / 8), w = at / (kDqN / 8);
-        const long long row = rb * 64 + w * 16 + lane / 4;
-        T* const out = dq + chunk * kDqN + nt * 8 + 2 * (lane % 4);
-        if (row < p.seq_q) *reinterpret_cast<unsigned*>(out + row * p.q_ss) = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
-        if (row + 8 < p.seq_q)
-          *reinterpret_cast<unsigned*>(out + (row + 8) * p.q_ss) = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
-      });
+  if constexpr (kAccRows == 64) {
+    ft_bwd_convert_quads<FtBwdConvert::quads()>(
+        n_rb * kBlockFloats / 4,
+        [&](long long q) {
+          if constexpr (kStoredFirst) {
+            const long long rb = 4 * q / kBlockFloats;
+            const int chunk = int(4 * q - rb * kBlockFloats) / kPieceFloats;
+            if (__ldcg(turns + rb * (kHeadDim / 64) + chunk) == 0) return make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+          return __ldcg(reinterpret_cast<const float4*>(acc + 4 * q));
+        },
+        [&](long long q, const float4& x) {
+          const long long i = 4 * q;
+          const long long rb = i / kBlockFloats;
+          const int rem = int(i - rb * kBlockFloats);
+          const int chunk = rem / kPieceFloats, f = rem % kPieceFloats;
+          const int lane = (f / 4) % 32, at = f / 128, nt = at % (kDqN / 8), w = at / (kDqN / 8);
+          const long long row = rb * 64 + w * 16 + lane / 4;
+          T* const out = dq + chunk * kDqN + nt * 8 + 2 * (lane % 4);
+          if (row < p.seq_q) *reinterpret_cast<unsigned*>(out + row * p.q_ss) = FtMma<T>::pack(x.x * p.scale, x.y * p.scale);
+          if (row + 8 < p.seq_q)
+            *reinterpret_cast<unsigned*>(out + (row + 8) * p.q_ss) = FtMma<T>::pack(x.z * p.scale, x.w * p.scale);
+        });
+  } else {
+    // dQ^T pieces (kDqN head-dim columns as the M rows, kAccRows query rows as the N columns): a unit is the quads of
+    // lanes l and l + 4 (l / 4 even) of one 128-float accumulator tile, head-dim columns d and d + 1 (and d + 8, d + 9)
+    // of rows r and r + 1, written as four pairs of T.
+    ft_bwd_convert_quads<FtBwdConvert::quads()>(
+        n_rb * kBlockFloats / FtBwdConvert::floats(kAccRows),
+        [&](long long u) {
+          const long long tile = u / 16;
+          const int j = int(u % 16), lane = 8 * (j / 4) + j % 4;
+          if constexpr (kStoredFirst) {
+            const long long rb = 128 * tile / kBlockFloats;
+            const int chunk = int(128 * tile - rb * kBlockFloats) / kPieceFloats;
+            if (__ldcg(turns + rb * (kHeadDim / 64) + chunk) == 0) return FtFloat8{};
+          }
+          const float4* at = reinterpret_cast<const float4*>(acc + 128 * tile) + lane;
+          return FtFloat8{__ldcg(at), __ldcg(at + 4)};
+        },
+        [&](long long u, const FtFloat8& x) {
+          const long long tile = u / 16, rb = 128 * tile / kBlockFloats;
+          const int j = int(u % 16), lane = 8 * (j / 4) + j % 4;
+          const int rem = int(128 * tile - rb * kBlockFloats);
+          const int chunk = rem / kPieceFloats, at = (rem % kPieceFloats) / 128;
+          const int nt = at % (kAccRows / 8), w = at / (kAccRows / 8);
+          const long long row = rb * kAccRows + nt * 8 + 2 * (lane % 4);
+          T* const out = dq + chunk * kDqN + w * 16 + lane / 4 + row * p.q_ss;
+          const float sc = p.scale;
+          if (row < p.seq_q) {
+            *reinterpret_cast<unsigned*>(out) = FtMma<T>::pack(x.a.x * sc, x.b.x * sc);
+            *reinterpret_cast<unsigned*>(out + 8) = FtMma<T>::pack(x.a.z * sc, x.b.z * sc);
+          }
+          if (row + 1 < p.seq_q) {
+            *reinterpret_cast<unsigned*>(out + p.q_ss) = FtMma<T>::pack(x.a.y * sc, x.b.y * sc);
+            *reinterpret_cast<unsigned*>(out + p.q_ss + 8) = FtMma<T>::pack(x.a.w * sc, x.b.w * sc);
+          }
+        });
+  }
 }
 
 // The split tail's workspace after the accumulator's counters (the host's attn_bwd_fused tail_workspace): a
 // counter per (split block, consumer thread), one per split block for its pieces' dQ writers, then, 16-byte
 // aligned, slice (t, j) of split block t's piece j: float4 q of consumer thread i at ((t parts + j) kHeadDim / 4 + q)
 // threads + i (dK's kHeadDim / 8 float4, then dV's). Returns the first counter (p.ws is 256-byte aligned).
-template <int kHeadDim, typename T>
+template <int kHeadDim, int kAccRows, typename T>
 __device__ __forceinline__ int* ft_bwd_tail_counters(const FtAttnBwdParams<T>& p) {
-  const long long n_rb = (p.seq_q + 63) / 64;
-  return ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim>(p, n_rb), p, n_rb) + p.batch * p.heads_kv;
+  const long long n_rb = (p.seq_q + kAccRows - 1) / kAccRows;
+  return ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim, kAccRows>(p, n_rb), p, n_rb) + p.batch * p.heads_kv;
 }
 
 // A split block's piece ends here: each consumer thread leaves its partial dK, dV (kHeadDim floats) in the
 // workspace, then counts itself in the counter of (split block, thread); the thread that counts last (the last
 // piece to get there) adds the other pieces' partials into its registers and returns true (it stores dK, dV).
-template <int kHeadDim, typename T>
+template <int kHeadDim, int kAccRows, typename T>
 __device__ __forceinline__ bool ft_bwd_tail_combine(float* dk_acc, float* dv_acc, const FtAttnBwdParams<T>& p, int n_tail,
                                                     int tail, int part, int parts, int thread, int threads) {
-  int* const counters = ft_bwd_tail_counters<kHeadDim>(p);
+  int* const counters = ft_bwd_tail_counters<kHeadDim, kAccRows>(p);
   float4* const slices = reinterpret_cast<float4*>(
       (reinterpret_cast<unsigned long long>(counters + static_cast<long long>(n_tail) * (threads + 1)) + 15) & ~15ULL);
   auto at = [&](int piece, int q) {
@@ -194,10 +242,14 @@ template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bo
 __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
-  static_assert(kBlockM == 64 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64 or 128");
+  static_assert(kBlockM == 64 || kBlockM == 80 || kBlockM == 128, "S^T = K Q^T is one m64nNk16 chain, N = 64, 80 or 128");
+  static_assert(kBlockM != 80 || (kHeadDim == 128 && kConsumers == 2),
+                "80-row items: two consumer warpgroups, head_dim 128 (two dQ^T pieces of 64 head-dim columns)");
   static_assert(kConsumers == 1 || kConsumers == 2, "1 or 2 consumer warpgroups of 64 keys");
   static_assert(kStages >= 1 && kStages <= 4, "1..4 stages");
   enum : int {
+    kSwapDq = kBlockM == 80,  // dQ^T = K^T dS^T, a piece per 64-column chunk (80 is not a wgmma M)
+    kAccRows = kSwapDq ? kBlockM : 64,  // rows of an accumulator block
     kBlockN = 64 * kConsumers,
     kPSteps = kBlockM / 16,         // k16 steps of P^T dO, dS^T Q
     kSlabs = kHeadDim / 64,         // 64-column slabs of a tile (one TMA box each)
@@ -207,11 +259,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kSlabKv = kBlockN * 128,
     kSlabQ = kBlockM * 128,
     kDsBytes = kBlockN * kBlockM * 2,
-    kSlabDs = kBlockN * 128,
+    kSlabDs = (kSwapDq ? kBlockM : kBlockN) * 128,  // dS^T: 64-query slabs of the keys; dS (kSwapDq): 64-key slabs of the rows
     kDqSplit = FtBwdDqSplit::split(kHeadDim, kBlockM, kConsumers),
     kDqN = kHeadDim / kDqSplit,
-    kDqPieces = (kBlockM / 64) * kDqSplit,
-    kPieceFloats = 64 * kDqN,
+    kDqPieces = (kBlockM / kAccRows) * kDqSplit,
+    kPieceFloats = kAccRows * kDqN,
+    kPieceRegs = kPieceFloats / 128,  // a piece's accumulators per consumer thread
     kDqWriters = kDqPieces < 2 ? kDqPieces : 2,  // producer warps 2, 3
     kRealloc = FtWarpRoleRegs::realloc(kConsumers, kMinBlocks),
     kConsumerRegs = FtWarpRoleRegs::consumer(kConsumers, kMinBlocks),
@@ -222,23 +275,26 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   static_assert(kBarDqEmpty + kDqPieces <= 16, "16 named barriers");
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   static_assert(kDqPieces == FtAttnSmem::bwd_tma_dq_pieces(kHeadDim, kBlockM, kBlockN), "the host's dQ pieces");
+  enum : bool { kBarsInStage = FtAttnSmem::bwd_tma_bars_in_stage(kHeadDim, kBlockM, kBlockN, kStages) };
   static_assert(FtAttnSmem::bwd_tma(kHeadDim, kBlockM, kBlockN, kStages) ==
                     1024 + 2LL * kKvBytes + 1LL * kStages * kStageBytes + 2LL * kDsBytes + 4LL * kBlockM * kHeadDim +
-                        8LL * (1 + 2 * kStages),
+                        (kBarsInStage ? 0 : 8LL * (1 + 2 * kStages)),
                 "the host's shared memory size is this layout's");
+  static_assert(!kBarsInStage || 2 * kTileBytes + 8 * kBlockM + 8 * (1 + 2 * kStages) <= kStageBytes,
+                "the mbarriers fit in the last stage's rounding");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FtAttnBwdParams<T>& p = tp.a;
   if (p.convert) {
     // Launched programmatically beside the pass (the host): wait until every block of this (kv head, batch) pair has
     // finished its dQ adds (each writer warp counts itself once its adds are complete, see the writers).
     if (threadIdx.x == 0) {
-      const long long n_rb = (p.seq_q + 63) / 64;
-      const int* done = ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim>(p, n_rb), p, n_rb) +
+      const long long n_rb = (p.seq_q + kAccRows - 1) / kAccRows;
+      const int* done = ft_bwd_pair_counters<kHeadDim>(ft_bwd_dq_counters<kHeadDim, kAccRows>(p, n_rb), p, n_rb) +
                         blockIdx.z * p.heads_kv + blockIdx.y / (p.heads_q / p.heads_kv);
       ft_wait_turn(done, kDqWriters * ((p.seq_k + kBlockN - 1) / kBlockN));
     }
     __syncthreads();
-    ft_bwd_convert_dq<T, kHeadDim, kDqN, kDeterministic>(p);
+    ft_bwd_convert_dq<T, kHeadDim, kDqN, kAccRows, kDeterministic>(p);
     // The grid completes after the pass (one block waits for it): what follows in the stream sees dK, dV too.
     if (blockIdx.x + 1 == gridDim.x && blockIdx.y + 1 == gridDim.y && blockIdx.z + 1 == gridDim.z) ft_wait_prerequisites();
     return;
@@ -251,7 +307,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   const unsigned smem_stages = smem_v + kKvBytes;
   const unsigned smem_ds = smem_stages + unsigned(kStages * kStageBytes);  // two tiles, item i in tile i % 2
   const unsigned smem_dq = smem_ds + unsigned(2 * kDsBytes);
-  const unsigned bars = smem_dq + unsigned(4 * kBlockM * kHeadDim);
+  // The mbarriers: after the dQ staging tile, or where that passes 227 KiB, after the last stage's D row.
+  const unsigned bars = kBarsInStage ? smem_stages + unsigned((kStages - 1) * kStageBytes + 2 * kTileBytes + 8 * kBlockM)
+                                     : smem_dq + unsigned(4 * kBlockM * kHeadDim);
   const unsigned kv_full = bars;
   auto full = [&](int st) { return bars + 8u * unsigned(1 + st); };
   auto empty = [&](int st) { return bars + 8u * unsigned(1 + kStages + st); };
@@ -344,8 +402,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       }
     } else if (warp >= 2 && warp - 2 < kDqWriters) {
       // dQ writer of pieces warp - 2, warp, ...: each item's piece into the accumulator, in turn when deterministic.
-      const int n_rb = (p.seq_q + 63) / 64;  // 64-row blocks of the accumulator per (batch, head)
-      int* const turns = ft_bwd_dq_counters<kHeadDim>(p, n_rb);  // turns (deterministic), then one per pair
+      const int n_rb = (p.seq_q + kAccRows - 1) / kAccRows;  // row blocks of the accumulator per (batch, head)
+      int* const turns = ft_bwd_dq_counters<kHeadDim, kAccRows>(p, n_rb);  // turns (deterministic), then one per pair
       FtItemCursor at(first, t_count);
       for (int i = 0; i < n_items; ++i, at.next()) {
         int h, m0;
@@ -357,10 +415,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
           const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
           int* counter = nullptr;
           if (lane == 0) {
-            const long long acc_block = (static_cast<long long>(b) * p.heads_q + h) * n_rb + m0 / 64 + rb;
-            if (m0 / 64 + rb < n_rb) {  // rows past seq_q (block_m 128): nothing to add
+            const long long acc_block = (static_cast<long long>(b) * p.heads_q + h) * n_rb + m0 / kAccRows + rb;
+            if (m0 / kAccRows + rb < n_rb) {  // rows past seq_q (block_m 128): nothing to add
               counter = turns + acc_block * (kHeadDim / 64) + chunk;
-              float* const dst = p.ws + acc_block * (64LL * kHeadDim) + chunk * kPieceFloats;
+              float* const dst = p.ws + acc_block * (1LL * kAccRows * kHeadDim) + chunk * kPieceFloats;
               if constexpr (kDeterministic) {
                 ft_wait_turn(counter, turn);
                 ft_fence_proxy_async_global();
@@ -393,7 +451,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         if (tail < 0) {
           ft_pass_turn(pair_done);
         } else {  // a split block's pieces: the last of their writers counts the block's kDqWriters for all of them
-          int* const pieces_done = ft_bwd_tail_counters<kHeadDim>(p) +
+          int* const pieces_done = ft_bwd_tail_counters<kHeadDim, kAccRows>(p) +
                                    static_cast<long long>(n_tail) * 128 * kConsumers + tail;
           __threadfence();
           if (atomicAdd(pieces_done, 1) == tp.tail_parts * kDqWriters - 1) {
@@ -443,7 +501,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // arrives, 0 waits) and 3 + buffer (free: 0 arrives after the item's last dQ has completed, 1 waits); one
       // pair per buffer, so that neither side can arrive twice at a barrier before the other has used it.
       if (kConsumers == 2 && cw == 1 && i >= 2) ft_named_barrier_sync(3 + (i & 1), 256);
-      ft_bwd_stsm_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0 - g, lane);
+      // 80-row items (kSwapDq): the tile is dS (rows x keys, stmatrix.trans), dQ^T's B operand.
+      if constexpr (kSwapDq) ft_bwd_stsm_ds<kBlockM, kSlabDs>(ds, af_ds, key0 - n0 - g, lane);
+      else ft_bwd_stsm_ds_t<kBlockM, kSlabDs>(ds, af_ds, key0 - n0 - g, lane);
       ft_fence_proxy_async();  // the dS^T stores, read next by wgmma
       if constexpr (kConsumers == 2) {
         if (cw == 1) ft_named_barrier_arrive(1 + (i & 1), 256);
@@ -454,16 +514,26 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // FlashAttention-3's order: this warpgroup's first dQ piece, then dK += dS^T Q (it reads the dS^T fragments
       // and Q, which dQ does not touch), so that the piece is staged while dK runs. dV (issued before the barrier)
       // and the piece complete at the first wait; dK, and with it the stage's last read, at the next full wait.
+      // 80-row items: dV is waited for here, so that P^T's fragments are free before a dQ^T piece takes S^T's
+      // registers (with both live, ptxas serialized every wgmma for lack of registers, C7512); dV has had dS^T's
+      // stores and the barrier to run.
+      if constexpr (kSwapDq) {
+        ft_wgmma_wait<0>();
+        ft_fence_regs<kHeadDim / 2>(dv_acc);
+      }
       bool dk_issued = false;
       // Every piece is warpgroup 0's (warpgroup 1 skips the loop); the loop's last piece frees the stage.
       const bool owns_dq = kConsumers == 1 || cw == 0;
 #pragma unroll
       for (int piece = owns_dq ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
-        float dq_own[kDqN <= kBlockM ? 1 : kDqN / 2];
-        float* dq = kDqN <= kBlockM ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
-        ft_bwd_issue_dq<T, kDqN, kBlockN, kSlabDs, kSlabKv>(dq, ds + unsigned(rb * kSlabDs),
-                                                            smem_k + unsigned(chunk * (kDqN / 64) * kSlabKv));
+        float dq_own[kPieceRegs <= kBlockM / 2 ? 1 : kPieceRegs];
+        float* dq = kPieceRegs <= kBlockM / 2 ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
+        if constexpr (kSwapDq)
+          ft_bwd_issue_dq_t<T, kBlockM, kBlockN, kSlabDs, kSlabKv>(dq, ds, smem_k + unsigned(chunk * kSlabKv));
+        else
+          ft_bwd_issue_dq<T, kDqN, kBlockN, kSlabDs, kSlabKv>(dq, ds + unsigned(rb * kSlabDs),
+                                                              smem_k + unsigned(chunk * (kDqN / 64) * kSlabKv));
         if (piece > 0) {
           // The previous piece's staging stores are made visible to the bulk add (fence) and handed to its writer
           // only now, after this piece is issued: the chain no longer waits behind the fence while the stores drain
@@ -490,14 +560,14 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
           ft_mbarrier_arrive(empty(st));
           if (kConsumers == 2 && i + 2 < n_items) ft_named_barrier_arrive(3 + (i & 1), 256);
         }
-        ft_fence_regs<kDqN / 2>(dq);
+        ft_fence_regs<kPieceRegs>(dq);
         // Stage the piece in accumulator order once the writer's add of the previous item has read the buffer,
         // then hand it to the writer (every item stages every piece, rows past seq_q too: each use of a barrier
         // pairs kDqBarThreads threads, the writer freeing the buffer after every item but the last).
         if (i > 0) ft_named_barrier_sync(kBarDqEmpty + piece, kDqBarThreads);
 #pragma unroll
-        for (int nt = 0; nt < kDqN / 8; ++nt) {
-          const unsigned at_f = unsigned(128 * ((warp % 4) * (kDqN / 8) + nt) + 4 * lane);
+        for (int nt = 0; nt < kPieceRegs / 4; ++nt) {
+          const unsigned at_f = unsigned(128 * ((warp % 4) * (kPieceRegs / 4) + nt) + 4 * lane);
           asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(staged(piece) + 4 * at_f), "f"(dq[nt * 4]),
                        "f"(dq[nt * 4 + 1]), "f"(dq[nt * 4 + 2]), "f"(dq[nt * 4 + 3])
                        : "memory");
@@ -514,7 +584,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       if (!owns_dq) ft_mbarrier_arrive(empty(st));  // warpgroup 1: its reads of the stage are done
     }
     // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
-    if (tail < 0 || ft_bwd_tail_combine<kHeadDim>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
+    if (tail < 0 || ft_bwd_tail_combine<kHeadDim, kAccRows>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
                                                    threadIdx.x - 128, 128 * kConsumers))
       ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
   }

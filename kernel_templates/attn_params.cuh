@@ -126,10 +126,11 @@ struct FtAttnEagerParams {
 
 // The dQ split of the TMA backward (attn_bwd_fused_tma_kernel; the host's register estimate): a block_m x head_dim
 // dQ tile is block_m / 64 row blocks x split() column chunks of head_dim / split() columns (64 or 128), its pieces
-// all issued by the first consumer warpgroup (the kernel's comment says why).
+// all issued by the first consumer warpgroup (the kernel's comment says why); block_m 80: one row block of dQ^T
+// pieces, as many chunks as consumer warpgroups (two: 64 columns each).
 struct FtBwdDqSplit {
   static constexpr FT_HOST_DEVICE int split(int head_dim, int block_m, int consumers) {
-    const int s = consumers / (block_m / 64);
+    const int s = consumers / (block_m == 80 ? 1 : block_m / 64);  // 80 rows: one row block (dQ^T pieces)
     return s < 1 ? 1 : (s > head_dim / 64 ? head_dim / 64 : s);
   }
 };
@@ -140,6 +141,9 @@ struct FtBwdDqSplit {
 // idle (6 KB in flight per SM at 384 threads). The host sizes the grid by it.
 struct FtBwdConvert {
   static constexpr FT_HOST_DEVICE int quads() { return 8; }
+  // Accumulator floats per load (a "quad" of the launch's count): 4; 8 for 80-row blocks (two quads, a pair of T per
+  // row and column pair).
+  static constexpr FT_HOST_DEVICE int floats(int acc_rows) { return acc_rows == 80 ? 8 : 4; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -186,13 +190,23 @@ struct FtAttnSmem {
   // attn_bwd_fused_tma_kernel: from the first 1024-byte boundary the K and V tiles, `stages` x (Q, dO, LSE, D)
   // each rounded up to 1 KiB, two dS^T tiles (bn x bm), the fp32 dQ staging tile (bm x hd: its pieces), then the
   // mbarriers (8 bytes each): K / V full, per stage full, per stage empty (the dQ pieces' hand-over is by named
-  // barriers).
+  // barriers). Where that layout passes the 227 KiB a block may opt into on sm_90 (kSm90OptIn) and the last stage's
+  // rounding has room after its D row, the mbarriers sit there instead (bwd_tma_bars_in_stage: 80-row items at
+  // head_dim 128, 40 bytes over otherwise).
+  static constexpr long long kSm90OptIn = 232448;
   static constexpr FT_HOST_DEVICE int bwd_tma_dq_pieces(int hd, int bm, int bn) {
-    return bm / 64 * FtBwdDqSplit::split(hd, bm, bn / 64);
+    return (bm == 80 ? 1 : bm / 64) * FtBwdDqSplit::split(hd, bm, bn / 64);
+  }
+  static constexpr FT_HOST_DEVICE long long bwd_tma_bars(int stages) { return 8LL * (1 + 2 * stages); }
+  static constexpr FT_HOST_DEVICE long long bwd_tma_tiles(int hd, int bm, int bn, int stages) {
+    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd;
+  }
+  static constexpr FT_HOST_DEVICE bool bwd_tma_bars_in_stage(int hd, int bm, int bn, int stages) {
+    return bwd_tma_tiles(hd, bm, bn, stages) + bwd_tma_bars(stages) > kSm90OptIn &&
+           bwd_wgmma_stage(hd, bm) - dkdv_stage(hd, bm) >= bwd_tma_bars(stages);
   }
   static constexpr FT_HOST_DEVICE long long bwd_tma(int hd, int bm, int bn, int stages) {
-    return 1024 + 4LL * bn * hd + stages * bwd_wgmma_stage(hd, bm) + 4LL * bn * bm + 4LL * bm * hd +
-           8LL * (1 + 2 * stages);
+    return bwd_tma_tiles(hd, bm, bn, stages) + (bwd_tma_bars_in_stage(hd, bm, bn, stages) ? 0 : bwd_tma_bars(stages));
   }
   // attn_bwd_fused_sweep_tma_kernel (slots consumer warpgroups, head_dim 64, 64-row tiles): from the first 1024-byte
   // boundary two (K, V) buffers per slot (8 KiB tiles), `stages` x (Q, dO, [O,] LSE, D) each rounded up to 1 KiB,

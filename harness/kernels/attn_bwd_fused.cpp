@@ -23,14 +23,21 @@ using namespace attn_bwd;
 
 std::string n(std::int64_t v) { return std::to_string(v); }
 
-// The accumulator's rows per (batch, query head): whole 64-row blocks (the mma 91 layout; mma 90 uses the first
-// seq_q of them, row-major).
-std::int64_t acc_rows(const Shape& s) { return (s.seq_q + 63) / 64 * 64; }
-std::int64_t acc_elements(const Shape& s) { return s.batch * s.heads_q * acc_rows(s) * s.head_dim; }
-// mma 91's counters after the accumulator: deterministic dQ's turns, one per (batch, query head, 64-row block, 64-column
+// The accumulator's rows per (batch, query head): whole blocks of `block` rows: 64 (the mma 91 layout of 64- and
+// 128-row items; mma 90 uses the first seq_q of them, row-major) or 80 (mma 91's 80-row items: dQ^T pieces).
+std::int64_t acc_block_rows(const BwdConfig& c) { return c.mma == 91 && c.block_m == 80 ? 80 : 64; }
+std::int64_t acc_rows(const Shape& s, std::int64_t block) { return (s.seq_q + block - 1) / block * block; }
+std::int64_t acc_elements(const Shape& s, std::int64_t block) { return s.batch * s.heads_q * acc_rows(s, block) * s.head_dim; }
+// mma 91's counters after the accumulator: deterministic dQ's turns, one per (batch, query head, row block, 64-column
 // chunk), then one per (batch, kv head) pair counting its blocks' finished dQ writers (the convert launch waits on it).
-std::int64_t turn_counters(const Shape& s) {
-  return s.batch * s.heads_q * acc_rows(s) / 64 * std::max<std::int64_t>(1, s.head_dim / 64) + s.batch * s.heads_kv;
+std::int64_t turn_counters(const Shape& s, std::int64_t block) {
+  return s.batch * s.heads_q * acc_rows(s, block) / block * std::max<std::int64_t>(1, s.head_dim / 64) + s.batch * s.heads_kv;
+}
+// The accumulator and its counters in the larger of the layouts the problem can take (80-row blocks: head_dim 128).
+std::int64_t acc_workspace(const Shape& s) {
+  std::int64_t most = acc_elements(s, 64) + turn_counters(s, 64);
+  if (s.head_dim == 128) most = std::max(most, acc_elements(s, 80) + turn_counters(s, 80));
+  return most;
 }
 
 // mma 91's split tail (tail 2): the last partial wave's blocks, at most kTailMaxBlocks of them, each run as 2 or 3
@@ -121,7 +128,8 @@ class FusedWgmma final : public GradVariant {
   FusedWgmma()
       : GradVariant({"sm90_wgmma", "attn_bwd_sm90.cuh", {core::DType::f16, core::DType::bf16}, 90,
                      "90 = wgmma, cp.async, dQ by fp32 atomics (sm_90a)", {},
-                     {"block_n == 16 * num_warps", "num_warps % 4 == 0", "block_m == 64 || block_m == 128",
+                     {"block_n == 16 * num_warps", "num_warps % 4 == 0",
+                      "block_m == 64 || block_m == 128 || (mma == 91 && block_m == 80 && head_dim == 128 && num_warps == 8)",
                       "head_dim % 64 == 0"}}) {}
   std::optional<std::string> can_run(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d) const override {
     if (c.mma != 90 && c.mma != 80)  // 80: a config recorded before the selector (this kernel ran it)
@@ -171,7 +179,10 @@ class FusedTma final : public GradVariant {
       return "mma 91: at most 2 consumer warpgroups (num_warps 4 or 8) and head_dim 64 or 128";
     const int consumers = int(c.warpgroups());
     const std::int64_t smem = smem_bytes(c, s), mb = c.min_blocks;
-    if (auto why = wgmma_problem(c, s, d, smem, 0)) return "mma 91: " + *why;
+    if (auto why = wgmma_problem(c, s, d, smem, 0, true)) return "mma 91: " + *why;
+    if (c.block_m == 80 && (s.head_dim != 128 || consumers != 2))
+      return "mma 91: block_m 80 needs head_dim 128 and two consumer warpgroups (num_warps 8, block_n 128): two dQ^T "
+             "pieces of 64 head-dim columns";
     if (mb < 1 || mb > 4) return "mma 91: min_blocks must be in 1..4";
     if (auto why = attn::blocks_per_sm_problem(mb, (c.num_warps + 4) * 32, smem, d)) return "mma 91: " + *why;
     // ptxas needs the dK and dV accumulators (head_dim) and ~30 others within the launch share itself (the forward's
@@ -223,9 +234,11 @@ class FusedTma final : public GradVariant {
   // Per consumer thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is
   // larger), the A fragments (block_m / 4), ~32 others (session 22, NVRTC 13.0: at 248 by this count, head_dim 64
   // with 128-row items and one consumer warpgroup spilled 80-120 bytes; two warpgroups at head_dim 128, 240 by it,
-  // spill 20-32 under their 240 cap).
+  // spill 20-32 under their 240 cap). block_m 80: dS^T from P^T's packed fragments, which take S^T's place (the
+  // fp32 S^T dies when packed), a dQ^T piece of block_m / 2.
   static std::int64_t registers(const BwdConfig& c, const Shape& s) {
     const std::int64_t hd = s.head_dim, bm = c.block_m;
+    if (bm == 80) return hd + bm + 32;
     const std::int64_t piece = hd / FtBwdDqSplit::split(int(hd), int(bm), int(c.warpgroups())) / 2;
     return hd + bm / 2 + std::max(bm / 2, piece) + bm / 4 + 32;
   }
@@ -334,9 +347,9 @@ class AttnBwdFused : public GradStage {
     // The split tail (launch_shape's tail_parts): its first block in launch order; its counters after the others.
     const std::int64_t parts = env.shape.tail_parts, blocks = key_blocks(c, s) * s.heads_kv * s.batch;
     const std::int64_t split = parts > 1 ? (std::int64_t(env.shape.grid[0]) - blocks) / (parts - 1) : 0;
-    const std::int64_t skip = c.mma == 91 && c.dq_order == 2 ? acc_elements(s) : 0;
+    const std::int64_t rows = acc_block_rows(c), skip = c.mma == 91 && c.dq_order == 2 ? acc_elements(s, rows) : 0;
     cuda::fill_u32(env.buffers.at(kFusedAcc) + CUdeviceptr(4 * skip),
-                   std::size_t(acc_elements(s) - skip + turn_counters(s) + split * (kTailThreads + 1)), 0u,
+                   std::size_t(acc_elements(s, rows) - skip + turn_counters(s, rows) + split * (kTailThreads + 1)), 0u,
                    static_cast<CUstream>(env.stream));
     auto args = arguments(config, p);
     if (parts > 1) {
@@ -348,7 +361,7 @@ class AttnBwdFused : public GradStage {
     // FtBwdConvert::quads() quads a thread (the kernel's registers allow one or two blocks an SM). mma 91's convert
     // starts beside the pass (programmatic launch) and converts a (kv head, batch) pair's rows once the pair's dQ
     // writers have counted their adds complete, on the SMs the pass's last wave leaves idle.
-    const std::int64_t quads = acc_rows(s) * s.head_dim / 4, per_block = env.shape.threads_per_block() * FtBwdConvert::quads();
+    const std::int64_t quads = acc_rows(s, rows) * s.head_dim / FtBwdConvert::floats(int(rows)), per_block = env.shape.threads_per_block() * FtBwdConvert::quads();
     launch_second_pass(env, args, offsetof(BwdParams, convert),
                        {unsigned((quads + per_block - 1) / per_block), unsigned(s.heads_q), unsigned(s.batch)}, c.mma == 91);
   }
@@ -358,7 +371,9 @@ class AttnBwdFused : public GradStage {
  protected:
   std::vector<TunableSpec> shared_tunables() const override {
     return {
-        {"block_m", {64, 128}, "query rows per item (the N of S^T = K Q^T)"},
+        // 80: searched only where named (mma 91 at head_dim 128, FlashAttention-4's non-causal tile; session 44).
+        {"block_m", {64, 128}, "query rows per item (the N of S^T = K Q^T); mma 91 at head_dim 128 also 80 (dQ^T = K^T "
+                               "dS^T in 64-column pieces)"},
         {"block_n", {64, 128}, "keys per block: 64 per warpgroup"},
         {"num_warps", {4, 8}, "warps per block (a warpgroup = 4 warps)"},
         {"num_stages", {1, 2}, "items in flight (pipeline depth: cp.async stages, mma 91 TMA stages)"},
@@ -392,7 +407,7 @@ class AttnBwdFused : public GradStage {
   // The fp32 accumulator, then mma 91's turn counters (int32, in the same buffer and zeroed with it).
   void add_workspace(const Shape& s, std::vector<BufferSpec>& b) const override {
     b.push_back({"dq_accum", core::DType::f32,
-                 std::max(acc_elements(s) + turn_counters(s) + tail_workspace(s), sweep_workspace(s)),
+                 std::max(acc_workspace(s) + tail_workspace(s), sweep_workspace(s)),
                  BufferRole::workspace, 0, 0});
   }
   std::vector<std::pair<std::string, std::int64_t>> outputs(const Shape& s) const override {

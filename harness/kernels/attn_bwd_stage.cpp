@@ -157,14 +157,14 @@ std::string wgmma_name(const std::string& kernel, const BwdConfig& c, const Shap
 }
 
 std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
-                                         std::int64_t smem, std::int64_t regs) {
+                                         std::int64_t smem, std::int64_t regs, bool rows80) {
   const std::int64_t bm = c.block_m, bn = c.block_n, warps = c.num_warps;
   const std::int64_t stages = c.num_stages, hd = s.head_dim;
   if (d.arch != "sm_90a") return "wgmma needs sm_90a, not " + d.arch;
   if (s.dtype == core::DType::f32) return "wgmma kernels take fp16 / bf16 only, not fp32 (use mma 80: exact or tf32)";
   if (warps < 4 || warps % 4 != 0 || bn != 16 * warps)
     return "block_n " + n(bn) + " must be 64 keys per warpgroup (16 x num_warps " + n(warps) + ", a multiple of 4)";
-  if (bm != 64 && bm != 128) return "block_m must be 64 or 128";
+  if (bm != 64 && bm != 128 && !(rows80 && bm == 80)) return rows80 ? "block_m must be 64, 80 or 128" : "block_m must be 64 or 128";
   if (hd % 64 != 0) return "head_dim must be a multiple of 64 (128-byte swizzled rows)";
   if (stages < 1 || stages > 4) return "num_stages must be in 1..4";
   if (32 * warps > d.max_threads_per_block) return "num_warps " + n(warps) + " out of range";

@@ -71,9 +71,10 @@ std::optional<std::string> min_blocks_problem(const BwdConfig& c, const Shape& s
 /// fused).
 std::string wgmma_name(const std::string& kernel, const BwdConfig& c, const Shape& s);
 /// What keeps a config from the wgmma backward loop (attn_bwd_sm90.cuh: attn_bwd_dkdv's mma 90 and attn_bwd_fused)
-/// on device d, given its shared memory [bytes] and register estimate; nullopt when it can run.
+/// on device d, given its shared memory [bytes] and register estimate; nullopt when it can run. rows80: block_m 80
+/// is a shape of the kernel too (mma 91's dQ^T pieces; its caller checks the rest).
 std::optional<std::string> wgmma_problem(const BwdConfig& c, const Shape& s, const core::DeviceLimits& d,
-                                         std::int64_t smem, std::int64_t regs);
+                                         std::int64_t smem, std::int64_t regs, bool rows80 = false);
 
 /// [FLOP] `per_dim` * head_dim per visible (query, key) pair per query head.
 double visible_pair_flops(const Shape& s, double per_dim);

@@ -38,7 +38,7 @@ struct FtBwdCols {
 // seq_q (whatever LSE says there). lse: the tile's LSE values (natural log; kLseLog2: already times log2 e) as this
 // thread's columns (FtBwdCols).
 // Tiles inside the mask skip the checks (ft_if_masked). In a boundary tile each of the thread's two keys sees one
-// range of query rows (FtAttnQueryRange of that key alone, below seq_q; none past seq_k): at block_m <= 64 the mask
+// range of query rows (FtAttnQueryRange of that key alone, below seq_q; none past seq_k): at block_m <= 80 the mask
 // is two compares an element against the range, as columns relative to the thread's first column 2 t4, instead of
 // mask.visible (session 29: the windowed sweep spent ~17 instructions an element in this loop); 128-row items keep
 // mask.visible (the cp.async fused pass at head_dim 64 sits at the 255-register cap: the four range registers made
@@ -50,7 +50,7 @@ __device__ __forceinline__ void ft_bwd_probs_t(float (&s)[kBlockM / 2], const Ft
   const bool need_mask = m0 + kBlockM > seq_q || ft_attn_tile_needs_mask(mask, m0, m0 + kBlockM, n0, kBlockN);
   ft_if_masked(need_mask, [&](auto masked) {  // two copies: interior tiles skip the mask
     constexpr bool kMasked = decltype(masked)::value;
-    constexpr bool kRanges = kBlockM <= 64;
+    constexpr bool kRanges = kBlockM <= 80;
     int lo[2] = {0, 0}, hi[2] = {0, 0};  // key key0 + 8 r sees columns [lo[r], hi[r]) + 2 t4 of the tile
     if constexpr (kMasked && kRanges) {
 #pragma unroll
@@ -123,6 +123,40 @@ __device__ __forceinline__ void ft_bwd_stsm_ds_t(unsigned smem_ds, const unsigne
   }
 }
 
+// dS (not transposed: kBlockM query rows x the block's keys, the B operand of dQ^T = K^T dS^T read K-major) from the
+// dS^T fragments by stmatrix.x4.trans, one per k16 step: the tile is 64-key slabs of kSlabDs = kBlockM x 128 bytes
+// (128-byte swizzle: key chunk c of row r at chunk c ^ (r % 8)). Matrix j of step ks (af[ks][j]) holds keys
+// key_base + 8 (j % 2) + 0..7 (key_base: the warp's first key of the block, a multiple of 16) against queries
+// 16 ks + 8 (j / 2) + 0..7; transposed, lane l gives the address of query row 16 ks + 8 (j / 2) + l % 8 of matrix
+// j = l / 8, whose 16 bytes are those eight keys.
+template <int kBlockM, int kSlabDs>
+__device__ __forceinline__ void ft_bwd_stsm_ds(unsigned smem_ds, const unsigned (*af)[4], int key_base, int lane) {
+  const int q = lane % 8, j = lane / 8;
+  const int chunk = (key_base % 64) / 8 + j % 2;
+  const unsigned at0 = ft_opaque_u32(smem_ds + unsigned((key_base / 64) * kSlabDs + (8 * (j / 2) + q) * 128 + ((chunk ^ q) << 4)));
+#pragma unroll
+  for (int ks = 0; ks < kBlockM / 16; ++ks)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(at0 + unsigned(ks * 2048)),
+                 "r"(af[ks][0]), "r"(af[ks][1]), "r"(af[ks][2]), "r"(af[ks][3])
+                 : "memory");
+}
+
+// dQ^T piece (64 head-dim columns from k_col, a 64-column slab of the K tile, x kBlockM query rows; fp32, kBlockM / 2
+// per thread) = K^T dS^T over the block's kBlockN keys (the swapped dQ of 80-row items: M = 64 head-dim columns,
+// N = the item's rows): A = K's slab read M-major, B = the dS tile (ft_bwd_stsm_ds) read K-major, its 64-key slabs
+// kSlabDs apart. Issued and committed, not waited for. Element (nt, r, e) is head-dim column 16 (warp % 4) + g + 8 r
+// of the slab, query row 8 nt + 2 t4 + e.
+template <typename T, int kBlockM, int kBlockN, int kSlabDs, int kSlabKv>
+__device__ __forceinline__ void ft_bwd_issue_dq_t(float* dq_t, unsigned smem_ds, unsigned k_col) {
+  const unsigned long long da0 = ft_wgmma_desc(k_col, kSlabKv, 1024), db0 = ft_wgmma_desc(smem_ds, 16, 1024);
+  ft_wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kBlockN / 16; ++ks)
+    FtWgmma<T, kBlockM>::template ss<0, 1>(dq_t, ft_wgmma_desc_step(da0, ks * 2048),
+                                           ft_wgmma_desc_step(db0, (ks / 4) * kSlabDs + (ks % 4) * 32), ks > 0);
+  ft_wgmma_commit();
+}
+
 // dQ piece (64 query rows x kDqN columns, fp32, kDqN / 2 per thread) = dS K over the block's kBlockN keys:
 // A = the dS^T tile's 64-query slab at ds_slab read M-major, B = the K tile's columns from k_col (a 64-column slab
 // start) read N-major; K's slabs lie kSlabKv apart. Issued and committed, not waited for.
@@ -166,7 +200,11 @@ __device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_
 // kSeparateDs off: dV completes, and af then holds dS^T as the T A fragments of dK += dS^T Q (af_ds unused).
 // kSeparateDs on: af_ds takes dS^T and af keeps P^T, so dV is left running (its wgmma group is the caller's to
 // wait for, with dv_acc fenced after it); kBlockM / 4 more registers.
-// On return s holds P^T and dp dS^T (fp32).
+// On return s holds P^T and dp dS^T (fp32). kSeparateDs at block_m 80: dS^T is computed from the fp32 P^T before
+// either is packed and dV is issued after both (with dV issued first, its fragments, the fp32 P^T and dP^T did not fit
+// the registers beside dK and dV: ptxas serialized every wgmma, C7512). Session 44 also took dS^T from P^T's packed
+// fragments, dV issued first: ~5 % more instructions (the unpacking), and this order ran at 0.994 of it (one H200,
+// three rounds: at par), with dS^T's arithmetic as at 64 rows.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kColsAhead = false,
           bool kLseLog2 = false, bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
@@ -191,6 +229,16 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
   ft_bwd_probs_t<kBlockM, kBlockN, kLseLog2>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
+  if constexpr (kBlockM == 80 && kSeparateDs) {
+    cols.load(d_s, t4);
+    ft_wgmma_wait<0>();  // dP^T
+    ft_fence_regs<kBlockM / 2>(dp);
+    ft_bwd_ds_t<kBlockM>(dp, s, cols);
+    pack_a(s);
+    ft_pack_a_tile<T, kBlockM / 8>(af_ds, *reinterpret_cast<const float(*)[kBlockM / 8][4]>(dp));
+    ft_wgmma_regs_by_tile<T, kHeadDim, kBlockM / 16>(dv_acc, af, smem_do, q_slab);  // dV += P^T dO
+    return;
+  }
   pack_a(s);
   cols.load(d_s, t4);
   ft_wgmma_wait<0>();  // dP^T
@@ -232,10 +280,14 @@ __device__ __forceinline__ int ft_bwd_blocks_before(const FtAttnMask<kCausal, kW
 // the block's threads take kQuads consecutive runs of blockDim.x quads (quad q = (blockIdx.x kQuads + j) blockDim.x
 // + threadIdx.x, coalesced per j), load all of a thread's quads (load(q) -> float4), then store them (store(q, x)),
 // so that kQuads loads a thread are in flight at once.
+// A value of load may be any copyable type (a float4, or FtFloat8: two quads).
+struct FtFloat8 {
+  float4 a, b;
+};
 template <int kQuads, class Load, class Store>
 __device__ __forceinline__ void ft_bwd_convert_quads(long long n_quads, Load&& load, Store&& store) {
   const long long q0 = static_cast<long long>(blockIdx.x) * kQuads * blockDim.x + threadIdx.x;
-  float4 x[kQuads];
+  decltype(load(0LL)) x[kQuads];
 #pragma unroll
   for (int j = 0; j < kQuads; ++j) {
     const long long q = q0 + static_cast<long long>(j) * blockDim.x;

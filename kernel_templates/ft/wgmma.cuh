@@ -52,7 +52,7 @@ __device__ __forceinline__ unsigned long long ft_wgmma_desc_step(unsigned long l
 }
 
 // ---------------------------------------------------------------------------------------------
-// D (64 x kN, fp32 accumulators, kN / 2 per thread) (+)= A (64 x 16) * B (16 x kN), kN in {16, 32, 64,
+// D (64 x kN, fp32 accumulators, kN / 2 per thread) (+)= A (64 x 16) * B (16 x kN), kN in {16, 32, 64, 80,
 // 128, 176, 192}. ss: A from shared memory (K-major; kTransA = 1: M-major); rs: A from registers (the mma.sync m16n8k16 A
 // layout, warp w of the warpgroup holding rows 16w..16w+15). kTransB = 1: B is N-major in shared memory.
 // accumulate = 0 overwrites D. The accumulator element (nt, r, e) sits at row (warp % 4) * 16 + g + 8 r,
@@ -64,12 +64,14 @@ __device__ __forceinline__ unsigned long long ft_wgmma_desc_step(unsigned long l
 #define FT_WGMMA_D8(d, i) FT_WGMMA_D4(d, i), FT_WGMMA_D4(d, i + 4)
 #define FT_WGMMA_D16(d, i) FT_WGMMA_D8(d, i), FT_WGMMA_D8(d, i + 8)
 #define FT_WGMMA_D32(d, i) FT_WGMMA_D16(d, i), FT_WGMMA_D16(d, i + 16)
+#define FT_WGMMA_D40(d, i) FT_WGMMA_D32(d, i), FT_WGMMA_D8(d, i + 32)
 #define FT_WGMMA_D64(d, i) FT_WGMMA_D32(d, i), FT_WGMMA_D32(d, i + 32)
 #define FT_WGMMA_D88(d, i) FT_WGMMA_D64(d, i), FT_WGMMA_D16(d, i + 64), FT_WGMMA_D8(d, i + 80)
 #define FT_WGMMA_D96(d, i) FT_WGMMA_D64(d, i), FT_WGMMA_D32(d, i + 64)
 #define FT_WGMMA_R8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define FT_WGMMA_R16 FT_WGMMA_R8 ", %8, %9, %10, %11, %12, %13, %14, %15"
 #define FT_WGMMA_R32 FT_WGMMA_R16 ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FT_WGMMA_R40 FT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39"
 #define FT_WGMMA_R64 FT_WGMMA_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define FT_WGMMA_R88 FT_WGMMA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87"
 #define FT_WGMMA_R96 FT_WGMMA_R88 ", %88, %89, %90, %91, %92, %93, %94, %95"
@@ -111,14 +113,15 @@ struct FtIsHalf<ft_half> {
 
 template <typename T, int kN>
 struct FtWgmma {
-  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128 || kN == 176 || kN == 192,
-                "m64nNk16 with N = 16, 32, 64, 128, 176 or 192");
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 80 || kN == 128 || kN == 176 || kN == 192,
+                "m64nNk16 with N = 16, 32, 64, 80, 128, 176 or 192");
   template <int kTransB, int kTransA = 0>
   static __device__ __forceinline__ void ss(float* d, unsigned long long a_desc, unsigned long long b_desc,
                                             int accumulate) {
     if constexpr (kN == 16) { FT_WGMMA_SS_OF(16, 8, 8, 9, 10, 11, 12); }
     else if constexpr (kN == 32) { FT_WGMMA_SS_OF(32, 16, 16, 17, 18, 19, 20); }
     else if constexpr (kN == 64) { FT_WGMMA_SS_OF(64, 32, 32, 33, 34, 35, 36); }
+    else if constexpr (kN == 80) { FT_WGMMA_SS_OF(80, 40, 40, 41, 42, 43, 44); }
     else if constexpr (kN == 128) { FT_WGMMA_SS_OF(128, 64, 64, 65, 66, 67, 68); }
     else if constexpr (kN == 176) { FT_WGMMA_SS_OF(176, 88, 88, 89, 90, 91, 92); }
     else if constexpr (kN == 192) { FT_WGMMA_SS_OF(192, 96, 96, 97, 98, 99, 100); }
@@ -128,6 +131,7 @@ struct FtWgmma {
     if constexpr (kN == 16) { FT_WGMMA_RS_OF(16, 8, 8, 9, 10, 11, 12, 13, 14); }
     else if constexpr (kN == 32) { FT_WGMMA_RS_OF(32, 16, 16, 17, 18, 19, 20, 21, 22); }
     else if constexpr (kN == 64) { FT_WGMMA_RS_OF(64, 32, 32, 33, 34, 35, 36, 37, 38); }
+    else if constexpr (kN == 80) { FT_WGMMA_RS_OF(80, 40, 40, 41, 42, 43, 44, 45, 46); }
     else if constexpr (kN == 128) { FT_WGMMA_RS_OF(128, 64, 64, 65, 66, 67, 68, 69, 70); }
     else if constexpr (kN == 176) { FT_WGMMA_RS_OF(176, 88, 88, 89, 90, 91, 92, 93, 94); }
     else if constexpr (kN == 192) { FT_WGMMA_RS_OF(192, 96, 96, 97, 98, 99, 100, 101, 102); }

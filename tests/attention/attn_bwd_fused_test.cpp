@@ -231,12 +231,13 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   // K, V (2 x 32 KiB), two stages of Q, dO + LSE, D (33 KiB each), two dS^T tiles (16 KiB each), the fp32 dQ
   // staging tile (32 KiB), the alignment, 5 mbarriers (the dQ pieces are handed over by named barriers).
   EXPECT_EQ(s.dynamic_smem_bytes, unsigned(65536 + 2 * 33792 + 32768 + 32768 + 1024 + 40));
-  // The accumulator (2 x 8 heads x 6 row blocks of 64 x 128 floats), its turn counters (two 64-column chunks a
-  // row block), a counter per (batch, kv head) pair, then the split tail's largest plan: for each of the problem's
-  // 5 x 2 x 2 blocks of 64 keys a counter per consumer thread and one more, a 16-byte pad, 3 pieces' fp32 dK, dV
-  // partials (256 threads x 128) each.
+  // The accumulator in the larger of its layouts at head_dim 128: 80-row blocks (block_m 80), 2 x 8 heads x 5 blocks
+  // of 80 x 128 floats (400 rows against 64-row blocks' 384), its turn counters (two 64-column chunks a row block),
+  // a counter per (batch, kv head) pair, then the split tail's largest plan: for each of the problem's 5 x 2 x 2
+  // blocks of 64 keys a counter per consumer thread and one more, a 16-byte pad, 3 pieces' fp32 dK, dV partials
+  // (256 threads x 128) each.
   EXPECT_EQ(buffers[kernels::attn_bwd::kFusedAcc].elements,
-            2 * 8 * 6 * 64 * 128 + 2 * 8 * 6 * 2 + 2 * 2 + 20 * 257 + 4 + 20 * 3 * 256 * 128);
+            2 * 8 * 5 * 80 * 128 + 2 * 8 * 5 * 2 + 2 * 2 + 20 * 257 + 4 + 20 * 3 * 256 * 128);
   // dq_order 2 (deterministic): the kernel's last template argument; mma 90 refuses it; 1 and 2 only.
   auto det = c;
   det.values["dq_order"] = 2;
@@ -274,6 +275,63 @@ TEST(AttnBwdFused, Mma91IsTheTmaKernelWithFourTensorMaps) {
   auto bad = cfg(64, 128, 8, 2);
   bad.values["mma"] = 93;
   EXPECT_NE(f.can_run(bad, p, sm90).value_or("").find("mma must be 90"), std::string::npos);
+}
+
+// block_m 80 (mma 91 at head_dim 128, two consumer warpgroups: dQ^T = K^T dS^T pieces, FlashAttention-4's
+// non-causal tile): its name, 80-row Q / dO boxes, its shared memory (the mbarriers in the last stage's rounding: the
+// whole 227 KiB), reasons for the shapes it cannot take, and every mask and dQ order compiling without wgmma
+// serialization.
+TEST(AttnBwdFused, Mma91EightyRowItems) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 333}, {"seq_k", 300}, {"head_dim", 128}});
+  auto c = cfg(80, 128, 8, 2);
+  c.values["mma"] = 91;
+  ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
+  const auto a = expect_tma_kernel(f, c, p, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 80, 2, 2, false, false>", "attn_bwd_sm90_tma.cuh");
+  for (const auto& m : a.maps) {
+    const bool rows = m.buffer == kernels::attn_bwd::kQ || m.buffer == kernels::attn_bwd::kDout;
+    EXPECT_EQ(m.box, (std::vector<std::uint32_t>{64, rows ? 80u : 128u, 1, 1})) << "map of buffer " << m.buffer;
+  }
+  // K, V (2 x 32 KiB), two stages of Q, dO (20 KiB each) + LSE, D rounded to 41 KiB, two dS tiles (20 KiB each), the
+  // fp32 staging tile (40 KiB), the alignment; the 5 mbarriers in the last stage's rounding.
+  EXPECT_EQ(f.launch_shape(c, p, sm90).dynamic_smem_bytes, unsigned(65536 + 2 * 41984 + 2 * 20480 + 40960 + 1024));
+  EXPECT_EQ(FtAttnSmem::bwd_tma(128, 80, 128, 2), FtAttnSmem::kSm90OptIn);
+  EXPECT_TRUE(FtAttnSmem::bwd_tma_bars_in_stage(128, 80, 128, 2));
+  EXPECT_FALSE(FtAttnSmem::bwd_tma_bars_in_stage(128, 64, 128, 2));  // 64-row items keep theirs after the tiles
+  auto det = c;
+  det.values["dq_order"] = 2;
+  ASSERT_EQ(f.can_run(det, p, sm90), std::nullopt);
+  const auto p64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}});
+  EXPECT_NE(f.can_run(c, p64, sm90).value_or("").find("block_m 80 needs head_dim 128"), std::string::npos);
+  auto one = cfg(80, 64, 4, 2);
+  one.values["mma"] = 91;
+  EXPECT_NE(f.can_run(one, p, sm90).value_or("").find("block_m 80 needs head_dim 128 and two consumer warpgroups"),
+            std::string::npos);
+  auto mma90 = c;
+  mma90.values["mma"] = 90;
+  EXPECT_NE(f.can_run(mma90, p, sm90).value_or("").find("block_m must be 64 or 128"), std::string::npos);
+  auto odd = c;
+  odd.values["block_m"] = 96;
+  EXPECT_NE(f.can_run(odd, p, sm90).value_or("").find("block_m must be 64, 80 or 128"), std::string::npos);
+  std::vector<std::string> inst;
+  for (bool masks : {false, true})
+    for (std::int64_t order : {1, 2})
+      for (core::DType dt : {core::DType::bf16, core::DType::f16}) {
+        std::map<std::string, std::int64_t> dims{{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}};
+        if (masks) dims["causal"] = 1, dims["window"] = 16, dims["sink_tokens"] = 4;
+        auto k = c;
+        k.values["dq_order"] = order;
+        const auto q = problem(dims, dt);
+        ASSERT_EQ(f.can_run(k, q, sm90), std::nullopt);
+        inst.push_back(flashtune::testing::attn_instantiation(f.specialize(k, q).name_expression));
+      }
+  const auto r = flashtune::testing::compile_instantiations_parallel(flashtune::testing::read_template("attn_bwd_sm90_tma.cuh"),
+                                                                     "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
+  ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
+  EXPECT_EQ(r.entries, int(inst.size()));
+  EXPECT_EQ(r.record.log.find("C7512"), std::string::npos) << r.record.log;  // wgmma serialized for lack of registers
+  EXPECT_LE(most_spill(r.record.log), 96) << r.record.log;
 }
 
 // tail 2: the blocks of the last partial wave (on sm_90a's 132 SMs) run as 2 or 3 pieces each, planned by the

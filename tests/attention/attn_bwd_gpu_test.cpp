@@ -82,6 +82,9 @@ const core::Config kFusedTma{{{"block_m", 64}, {"block_n", 128}, {"num_warps", 8
 // The same with dQ added in key-block order (dq_order 2: deterministic).
 const core::Config kFusedTmaDet{
     {{"block_m", 64}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}, {"dq_order", 2}}};
+// The same with 80-row items (head_dim 128: dQ^T pieces, turns per 80-row accumulator block).
+const core::Config kFusedTmaDet80{
+    {{"block_m", 80}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}, {"dq_order", 2}}};
 // The windowed sweep (mma 92: causal windows at head_dim 64, three consumer warpgroups, one key tile each).
 const core::Config kFusedSweep{{{"block_m", 64}, {"block_n", 192}, {"num_warps", 12}, {"num_stages", 2}, {"mma", 92}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
@@ -152,23 +155,26 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   Launcher gpu;
   for (std::int64_t dt = 0; dt < 3; ++dt) {  // bf16, fp32 exact, fp32 TF32
     for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_items", "attn_bwd_dkdv_wgmma", "attn_bwd_dq",
-                             "attn_bwd_dq_delta", "attn_bwd_dsink", "attn_bwd_fused_det"}) {
-      const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", 64},
+                             "attn_bwd_dq_delta", "attn_bwd_dsink", "attn_bwd_fused_det", "attn_bwd_fused_det80"}) {
+      const std::string n = name;
+      const bool det80 = n == "attn_bwd_fused_det80";
+      const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", det80 ? 128 : 64},
                               {"causal", 1}, {"window", 100}, {"sink_tokens", 4}, {"learned_sinks", 1}, {"sink_bias", 3},
                               {"tf32", dt == 2}},
                              dt == 0 ? core::DType::bf16 : core::DType::f32);
-      const std::string n = name;
-      if ((n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_fused_det") && gpu.info().arch != "sm_90a") continue;  // sm_90a only
+      const bool fused = n.rfind("attn_bwd_fused", 0) == 0;
+      if ((n == "attn_bwd_dkdv_wgmma" || fused) && gpu.info().arch != "sm_90a") continue;  // sm_90a only
       if (dt > 0 && (n == "attn_bwd_dkdv_wgmma" || n == "attn_bwd_dkdv_split" || n == "attn_bwd_dkdv_items" ||
-                     n == "attn_bwd_dq_delta" || n == "attn_bwd_fused_det"))
+                     n == "attn_bwd_dq_delta" || fused))
         continue;  // fp16 / bf16 only
-      const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : n == "attn_bwd_fused_det" ? "attn_bwd_fused" : n);
+      const auto& f = fam(n.rfind("attn_bwd_dkdv", 0) == 0 ? "attn_bwd_dkdv" : fused ? "attn_bwd_fused" : n);
       const core::Config& c = n == "attn_bwd_dsink" ? kSink
                               : n == "attn_bwd_dkdv" ? kDkdv
                               : n == "attn_bwd_dq" || n == "attn_bwd_dq_delta" ? kDq
                               : n == "attn_bwd_dkdv_wgmma" ? kDkdvWgmma
                               : n == "attn_bwd_dkdv_items" ? kDkdvItems
                               : n == "attn_bwd_fused_det" ? kFusedTmaDet
+                              : det80                       ? kFusedTmaDet80
                                                            : kDkdvSplit;
       auto a = draw(f, p, 42), b = a;
       gpu.run(f, c, p, a);
