@@ -99,17 +99,19 @@ Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& 
     if (!ia.count(k)) keys.push_back(k);
   std::sort(keys.begin(), keys.end());
 
+  // The SM clocks (v7 trials; empty before) and the cycle difference (median x clock) after the verdict: under a
+  // power cap the clock moves with the variant, and cycles separate work saved from clock gained.
   Table out{{"family", "stage", "problem", "config", "a_median_ms", "a_noise", "b_median_ms", "b_noise", "diff",
-             "verdict"},
+             "verdict", "a_mhz", "b_mhz", "cycles_diff"},
             {}};
   std::map<std::string, int> counts;
-  double log_sum = 0;
-  int n_both = 0;
+  double log_sum = 0, log_clock = 0, log_cycles = 0;
+  int n_both = 0, n_clocks = 0;
   for (const auto& k : keys) {
     const auto fa = ia.find(k), fb = ib.find(k);
     const TrialRow* ta = fa == ia.end() ? nullptr : &fa->second;
     const TrialRow* tb = fb == ib.end() ? nullptr : &fb->second;
-    std::string verdict, diff;
+    std::string verdict, diff, cycles;
     if (!ta) verdict = "only_b";
     else if (!tb) verdict = "only_a";
     else if (!ta->measured() || !tb->measured())
@@ -119,12 +121,21 @@ Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& 
       diff = pct((*tb->median_ms - *ta->median_ms) / *ta->median_ms);
       log_sum += std::log(*tb->median_ms / *ta->median_ms);
       ++n_both;
+      if (ta->sm_clock_mhz && tb->sm_clock_mhz && *ta->sm_clock_mhz > 0 && *tb->sm_clock_mhz > 0) {
+        const double clock = *tb->sm_clock_mhz / *ta->sm_clock_mhz, time = *tb->median_ms / *ta->median_ms;
+        cycles = pct(time * clock - 1);
+        log_clock += std::log(clock);
+        log_cycles += std::log(time * clock);
+        ++n_clocks;
+      }
     }
     ++counts[verdict.substr(0, verdict.find(' '))];
     auto noise = [](const TrialRow* t) { return t && t->measured() ? num(t->rel_noise(), 3) : std::string(); };
+    auto mhz = [](const TrialRow* t) { return t && t->measured() && t->sm_clock_mhz ? num(*t->sm_clock_mhz, 5) : std::string(); };
     out.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k),
                         ta && ta->measured() ? num(ta->median_ms, 6) : "", noise(ta),
-                        tb && tb->measured() ? num(tb->median_ms, 6) : "", noise(tb), diff, verdict});
+                        tb && tb->measured() ? num(tb->median_ms, 6) : "", noise(tb), diff, verdict, mhz(ta), mhz(tb),
+                        cycles});
   }
   if (summary) {
     std::ostringstream s;
@@ -132,6 +143,9 @@ Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& 
       << " same within noise, " << counts["not_comparable"] << " not comparable, " << counts["only_a"] << " only in A, "
       << counts["only_b"] << " only in B";
     if (n_both > 0) s << "; geometric mean time ratio B/A " << num(std::exp(log_sum / n_both), 4) << " over " << n_both << " configs";
+    if (n_clocks > 0)
+      s << "; clock ratio " << num(std::exp(log_clock / n_clocks), 4) << ", cycle ratio " << num(std::exp(log_cycles / n_clocks), 4)
+        << " over the " << n_clocks << " with SM clocks";
     *summary = s.str();
   }
   return out;

@@ -33,8 +33,10 @@ std::vector<TrialRow> best_per_problem(const std::vector<TrialRow>& trials);
 std::string compare_verdict(double a_ms, double a_noise, double b_ms, double b_noise);
 
 /// Config-by-config comparison of run B against run A, matched on (family, stage, problem, config);
-/// the last measured trial of each key counts. *summary receives one line of totals and the geometric
-/// mean time ratio B/A over configs measured in both.
+/// the last measured trial of each key counts. Each row ends with both trials' SM clocks [MHz] and the difference
+/// in cycles (median x clock; where both clocks were recorded). *summary receives one line of totals and the
+/// geometric mean time ratio B/A over configs measured in both, and the clock and cycle ratios over those with
+/// clocks.
 Table compare_runs(const std::vector<TrialRow>& a, const std::vector<TrialRow>& b, std::string* summary);
 
 /// One trial on the way to a (family, stage, problem)'s best: the best-so-far median after it.

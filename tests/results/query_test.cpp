@@ -50,7 +50,8 @@ TEST_F(QueryTest, CompareCallsFasterSlowerAndSameWithinNoise) {
 
   const auto csv = run_cli(q("compare " + std::to_string(fx.run1) + " " + std::to_string(fx.run2) + " --format csv"), false);
   ASSERT_EQ(csv.status, 0);
-  EXPECT_EQ(csv.out.rfind("family,stage,problem,config,a_median_ms,a_noise,b_median_ms,b_noise,diff,verdict\n", 0), 0u) << csv.out;
+  EXPECT_EQ(csv.out.rfind("family,stage,problem,config,a_median_ms,a_noise,b_median_ms,b_noise,diff,verdict,a_mhz,b_mhz,"
+                          "cycles_diff\n", 0), 0u) << csv.out;
   EXPECT_EQ(csv.out.find("geometric"), std::string::npos) << "the summary stays off stdout in csv";
 }
 
