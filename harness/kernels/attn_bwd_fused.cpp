@@ -371,9 +371,10 @@ class AttnBwdFused : public GradStage {
  protected:
   std::vector<TunableSpec> shared_tunables() const override {
     return {
-        // 80: searched only where named (mma 91 at head_dim 128, FlashAttention-4's non-causal tile; session 44).
-        {"block_m", {64, 128}, "query rows per item (the N of S^T = K Q^T); mma 91 at head_dim 128 also 80 (dQ^T = K^T "
-                               "dS^T in 64-column pieces)"},
+        // 80: mma 91 at head_dim 128 with two consumer warpgroups only (the constraints prune it elsewhere);
+        // FlashAttention-4's non-causal tile (session 44: d128 non-causal -1.5 to -2 %, causal +1 %).
+        {"block_m", {64, 80, 128}, "query rows per item (the N of S^T = K Q^T); 80: mma 91 at head_dim 128, num_warps 8 "
+                                   "(dQ^T = K^T dS^T in 64-column pieces)"},
         {"block_n", {64, 128}, "keys per block: 64 per warpgroup"},
         {"num_warps", {4, 8}, "warps per block (a warpgroup = 4 warps)"},
         {"num_stages", {1, 2}, "items in flight (pipeline depth: cp.async stages, mma 91 TMA stages)"},
