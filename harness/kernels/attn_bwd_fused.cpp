@@ -2,7 +2,8 @@
 // variants, picked by the tunable mma: 90, the wgmma dkdv loop with cp.async (kernel_templates/attn_bwd_sm90.cuh),
 // which also adds each item's dS K into an fp32 dQ accumulator (the workspace) with atomics; 91, the warp-
 // specialized TMA kernel (attn_bwd_sm90_tma.cuh: a producer warpgroup, consumer warpgroups of 64 keys, dQ staged
-// in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order); 92, the
+// in shared memory and added by bulk reduce-adds, the accumulator in 64-row blocks of wgmma fragment order, 80-row
+// blocks of dQ^T fragment order with block_m 80); 92, the
 // windowed sweep (attn_bwd_sm90_sweep.cuh: causal sliding windows at head_dim 64, a block per chunk of query tiles,
 // the window's key tiles held by its consumer warpgroups, dQ complete per item, no accumulator).
 // launch() zeroes the accumulator (mma 91 with dq_order 2: only its counters), runs the pass, then the same kernel
