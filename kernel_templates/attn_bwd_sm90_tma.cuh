@@ -100,6 +100,7 @@
 #include "ft/mma.cuh"
 #include "ft/order.cuh"
 #include "ft/schedule.cuh"
+#include "ft/timeline.cuh"
 #include "ft/tma.cuh"
 #include "ft/wgmma.cuh"
 
@@ -237,8 +238,11 @@ __device__ __forceinline__ bool ft_bwd_tail_combine(float* dk_acc, float* dv_acc
 
 // kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts
 // two blocks' consumers on an SM, unsynchronized (one's softmax beside the other's wgmma).
+// kTimeline (the host's timeline 2, with tail 1; a diagnostic): each block records when its phases ran
+// (ft/timeline.cuh) in kFtTimelineSlots words at launch index x kFtTimelineSlots after the accumulator's counters,
+// 16-byte aligned (the split tail's workspace, unused without it).
 template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
-          bool kDeterministic = false, int kMinBlocks = 1>
+          bool kDeterministic = false, int kMinBlocks = 1, bool kTimeline = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
@@ -299,6 +303,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     if (blockIdx.x + 1 == gridDim.x && blockIdx.y + 1 == gridDim.y && blockIdx.z + 1 == gridDim.z) ft_wait_prerequisites();
     return;
   }
+  const unsigned long long t_entry = kTimeline ? ft_clock64() : 0ull;
   ft_launch_dependents();  // the convert launch may start once every block of the pass runs (see above)
   extern __shared__ unsigned char ft_smem_bwd_tma[];
   const unsigned smem_raw = ft_smem_u32(ft_smem_bwd_tma);
@@ -330,6 +335,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     part = (lin - tp.tail_first) / n_tail;
     lin = tp.tail_first + tail;
   }
+  unsigned long long* const rec =
+      kTimeline ? reinterpret_cast<unsigned long long*>(
+                      (reinterpret_cast<unsigned long long>(ft_bwd_tail_counters<kHeadDim, kAccRows>(p)) + 15) & ~15ULL) +
+                      static_cast<long long>(lin) * kFtTimelineSlots
+                : nullptr;
   const FtSectionSlot slot = ft_section_slot(lin, n_kb, tp.unit_group, n_pairs);
   const int n_block = slot.inner, h_kv = slot.unit % p.heads_kv, b = slot.unit / p.heads_kv;
   const int group = p.heads_q / p.heads_kv;
@@ -348,6 +358,11 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     m0 = (t_first + (kDeterministic ? t_count - 1 - at.tile : at.tile)) * kBlockM;
   };
 
+  if (kTimeline && threadIdx.x == 0) {
+    rec[0] = (static_cast<unsigned long long>(ft_smid()) << 32) | unsigned(n_items);
+    rec[1] = ft_globaltimer();
+    rec[2] = t_entry;
+  }
   if (threadIdx.x == 0) {
     ft_mbarrier_init(kv_full, 1);
     for (int st = 0; st < kStages; ++st) {
@@ -446,6 +461,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       // counter (released: the convert launch acquires it).
       if (lane == 0) {
         ft_bulk_wait<0>();
+        if (kTimeline && warp == 2) rec[7] = ft_clock64();
         ft_fence_proxy_async_global();
         int* const pair_done = ft_bwd_pair_counters<kHeadDim>(turns, p, n_rb) + b * p.heads_kv + h_kv;
         if (tail < 0) {
@@ -479,6 +495,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     };
 
     if (n_items > 0) ft_mbarrier_wait(kv_full, 0);
+    if (kTimeline && threadIdx.x == 128) rec[3] = ft_clock64();
     FtItemCursor at(first, t_count);
     for (int i = 0; i < n_items; ++i, at.next()) {
       const int st = i % kStages;
@@ -582,11 +599,17 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       ft_fence_regs<kHeadDim / 2>(dk_acc);
       ft_fence_regs<kHeadDim / 2>(dv_acc);
       if (!owns_dq) ft_mbarrier_arrive(empty(st));  // warpgroup 1: its reads of the stage are done
+      if (kTimeline && i == 0 && threadIdx.x == 128) rec[4] = ft_clock64();
     }
+    if (kTimeline && (threadIdx.x == 128 || threadIdx.x == 256)) rec[threadIdx.x == 128 ? 5 : 8] = ft_clock64();
     // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
     if (tail < 0 || ft_bwd_tail_combine<kHeadDim, kAccRows>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
                                                    threadIdx.x - 128, 128 * kConsumers))
       ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
+    if (kTimeline && threadIdx.x == 128) {
+      rec[6] = ft_clock64();
+      rec[9] = ft_globaltimer();
+    }
   }
 #else
   __trap();  // built for a target without wgmma / TMA: the host never launches this (can_run requires sm_90a)

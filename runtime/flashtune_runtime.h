@@ -21,8 +21,10 @@
  * - Workspace: `workspace` NULL lets the runtime use its own, allocated and zeroed on the first call of a shape and
  *   device and kept (calls on several streams at once must then each pass their own; make that first call before a
  *   CUDA graph capture, which cannot allocate). A caller's workspace holds at least ft_attention_workspace_bytes()
- *   bytes, is zeroed by the caller before its first use, and is left zeroed by every launch (kernels that count in
- *   it put it back as they found it).
+ *   bytes and is zeroed by the caller before its first use. Kernels that count in it across launches put their
+ *   counters back as they found them; the rest (D, the fp32 dQ accumulator, partial sums) is scratch that a launch
+ *   writes before it reads, and is left holding values. So one workspace serves one shape and pass (forward or
+ *   backward); zero it again before it serves another, whose counters may sit where this one left values.
  * - Problems are looked up with the harness's input-drawing dims at their defaults (qk_range 1, sink_bias 0) and
  *   fp32 exact (tf32 0).
  * - Thread safe: one runtime may be called from many threads.

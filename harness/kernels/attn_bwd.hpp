@@ -4,6 +4,13 @@
 // fused_delta (Q, K, V, dO, LSE, O -> dQ, dK, dV, D; a workspace) and dsink (sinks, LSE, D -> d sinks).
 #pragma once
 
+#include <cstdint>
+
+namespace flashtune::core {
+struct Config;
+struct Problem;
+}  // namespace flashtune::core
+
 namespace flashtune::kernels::attn_bwd {
 
 /// Buffer indices in buffers() order, per family.
@@ -18,5 +25,9 @@ enum FusedDeltaBuffer : int { kFdO = 5, kFdDelta = 10 };
 /// dq_delta (dQ with D computed inline): O in D's place, then the outputs dq and delta.
 enum DqDeltaBuffer : int { kDqdO = 5, kDqdDq = 6, kDqdDelta = 7 };
 enum DsinkBuffer : int { kSinkSinks = 0, kSinkLse = 1, kSinkDelta = 2, kSinkDsinks = 3 };
+
+/// attn_bwd_fused mma 91 with `timeline: 2` (tail 1): where its records start in the workspace (kFusedAcc) [32-bit
+/// words]: one record of 10 64-bit words per launched block, in launch order (slots: kernel_templates/ft/timeline.cuh).
+std::int64_t fused_timeline_words(const core::Config& config, const core::Problem& p);
 
 }  // namespace flashtune::kernels::attn_bwd

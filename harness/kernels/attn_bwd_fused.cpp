@@ -139,6 +139,7 @@ class FusedWgmma final : public GradVariant {
     if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 90 takes 1";
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 90 takes 1";
     if (c.tail != 1) return "tail is an mma 91 option; mma 90 takes 1";
+    if (c.timeline != 1) return "timeline is an mma 91 option; mma 90 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -198,14 +199,17 @@ class FusedTma final : public GradVariant {
              " consumer warpgroups get " + n(cap) + ")";
     if (c.tail == 2 && c.dq_order != 1)
       return "mma 91: tail 2 needs dq_order 1 (deterministic dQ orders whole key blocks)";
+    if (c.timeline == 2 && c.tail != 1) return "mma 91: timeline 2 needs tail 1 (its records take the split tail's workspace)";
     return std::nullopt;
   }
-  // dq_order 2 and min_blocks append the kernel's last template arguments, kDeterministic and kMinBlocks, where
-  // they are not the defaults (false, 1).
+  // dq_order 2, min_blocks and timeline 2 append the kernel's last template arguments, kDeterministic, kMinBlocks and
+  // kTimeline, where they (or one after them) are not the defaults (false, 1, false).
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
     std::string name = wgmma_name("attn_bwd_fused_tma_kernel", c, s);
-    if (c.dq_order == 2 || c.min_blocks != 1) name.insert(name.size() - 1, c.dq_order == 2 ? ", true" : ", false");
-    if (c.min_blocks != 1) name.insert(name.size() - 1, ", " + n(c.min_blocks));
+    const bool timeline = c.timeline == 2;
+    if (c.dq_order == 2 || c.min_blocks != 1 || timeline) name.insert(name.size() - 1, c.dq_order == 2 ? ", true" : ", false");
+    if (c.min_blocks != 1 || timeline) name.insert(name.size() - 1, ", " + n(c.min_blocks));
+    if (timeline) name.insert(name.size() - 1, ", true");
     return name;
   }
   // One block per key tile, per kv head; the producer's 128 threads on top. tail 2: a 1-D grid, the blocks in launch
@@ -273,6 +277,7 @@ class FusedSweep final : public GradVariant {
     if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 92 takes 1";
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 92 takes 1";
     if (c.tail != 1) return "tail is an mma 91 option; mma 92 takes 1";
+    if (c.timeline != 1) return "timeline is an mma 91 option; mma 92 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c), 0)) return "mma 92: " + *why;
     return std::nullopt;
   }
@@ -393,11 +398,15 @@ class AttnBwdFused : public GradStage {
         {"tail", {1}, "mma 91, dq_order 1: 1 = every block runs whole; 2 = the blocks of the last partial wave run as 2 or 3 "
                       "pieces over their items each (the launch plans it from the SM count), the last piece of a block "
                       "adding the others' fp32 dK, dV partials"},
+        // A diagnostic, named only by its probe (attn_bwd_gpu_test's timeline test; python -m flashtune.timeline).
+        {"timeline", {1}, "mma 91, tail 1: 2 = each block records clock64 / globaltimer stamps of its phases (entry, K / V in, "
+                          "first and last item, dK / dV stored, dQ adds complete) into the workspace; fused_timeline_words"},
     };
   }
   std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {
     if (c.dq_order != 1 && c.dq_order != 2) return "dq_order must be 1 (any order) or 2 (deterministic), not " + n(c.dq_order);
     if (c.unit_group < 1) return "unit_group must be >= 1, not " + n(c.unit_group);
+    if (c.timeline != 1 && c.timeline != 2) return "timeline must be 1 (off) or 2 (each block records its phases), not " + n(c.timeline);
     return std::nullopt;
   }
   std::vector<Binding> bindings(const BwdConfig&, const Shape&) const override {
@@ -494,6 +503,16 @@ class AttnBwdFusedDelta final : public AttnBwdFused {
 };
 
 }  // namespace
+
+namespace attn_bwd {
+
+std::int64_t fused_timeline_words(const core::Config& config, const core::Problem& p) {
+  const Shape s(p);
+  const std::int64_t rows = acc_block_rows(BwdConfig(config));
+  return (acc_elements(s, rows) + turn_counters(s, rows) + 3) / 4 * 4;  // the kernel's 16-byte alignment (ws: 256)
+}
+
+}  // namespace attn_bwd
 
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_family() { return std::make_unique<AttnBwdFused>(); }
 std::unique_ptr<KernelFamily> make_attn_bwd_fused_delta_family() { return std::make_unique<AttnBwdFusedDelta>(); }

@@ -55,6 +55,7 @@ struct BwdConfig : Tiles {
   std::int64_t dq_order = 1;     ///< fused: 1 = dQ adds in any order; 2 = in key-block order, deterministic (mma 91)
   std::int64_t unit_group = 1;   ///< fused (mma 91): (kv head, batch) pairs per section of the block order
   std::int64_t tail = 1;         ///< fused (mma 91, dq_order 1): 2 = the last partial wave's blocks split in pieces
+  std::int64_t timeline = 1;     ///< fused (mma 91, tail 1): 2 = each block records its phases' times (a diagnostic)
 
   explicit BwdConfig(const core::Config& c);
 };

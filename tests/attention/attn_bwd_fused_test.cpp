@@ -379,6 +379,54 @@ TEST(AttnBwdFused, Mma91TailSplitsTheLastPartialWave) {
   EXPECT_NE(f.can_run(c, p, sm90).value_or("").find("tail is an mma 91 option"), std::string::npos);
 }
 
+// timeline 2 (a diagnostic): the kernel with kTimeline on, its records after the accumulator's counters (16-byte
+// aligned words, fused_timeline_words); tail 1 only, mma 91 only. Instantiations at both layouts, with one and two
+// consumer warpgroups and deterministic dQ compile without wgmma serialization. That the records are written and
+// ordered is the GPU test's (attn_bwd_gpu_test TimelineRecordsEveryBlocksPhasesInOrder).
+TEST(AttnBwdFused, Mma91TimelineIsADiagnosticKernel) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 333}, {"seq_k", 300}, {"head_dim", 128}});
+  auto c = cfg(80, 128, 8, 2);
+  c.values["mma"] = 91;
+  c.values["timeline"] = 2;
+  ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(c, p).name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 80, 2, 2, false, false, false, 1, true>");
+  // 2 x 8 heads x 5 blocks of 80 rows x 128 floats, then 2 x 8 x 5 x 2 turns and 2 x 2 pairs, rounded up to 4 words.
+  EXPECT_EQ(kernels::attn_bwd::fused_timeline_words(c, p), (2 * 8 * 400 * 128 + 2 * 8 * 5 * 2 + 4 + 3) / 4 * 4);
+  auto c64 = c;
+  c64.values["block_m"] = 64;
+  c64.values["dq_order"] = 2;
+  EXPECT_EQ(f.specialize(c64, p).name_expression, "attn_bwd_fused_tma_kernel<ft_bf16, 128, 64, 2, 2, false, false, true, 1, true>");
+  EXPECT_EQ(kernels::attn_bwd::fused_timeline_words(c64, p), (2 * 8 * 384 * 128 + 2 * 8 * 6 * 2 + 4 + 3) / 4 * 4);
+  auto split = c;
+  split.values["tail"] = 2;
+  EXPECT_NE(f.can_run(split, p, sm90).value_or("").find("timeline 2 needs tail 1"), std::string::npos);
+  auto bad = c;
+  bad.values["timeline"] = 3;
+  EXPECT_NE(f.can_run(bad, p, sm90).value_or("").find("timeline must be 1"), std::string::npos);
+  auto mma90 = cfg(64, 128, 8, 2);
+  mma90.values["mma"] = 90;
+  mma90.values["timeline"] = 2;
+  EXPECT_NE(f.can_run(mma90, p, sm90).value_or("").find("timeline is an mma 91 option"), std::string::npos);
+  std::vector<std::string> inst;
+  const auto causal = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}, {"causal", 1}}, core::DType::bf16);
+  const auto d64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}, {"causal", 1}}, core::DType::bf16);
+  auto one = cfg(64, 64, 4, 2);
+  one.values["mma"] = 91;
+  one.values["timeline"] = 2;
+  one.values["min_blocks"] = 2;
+  for (const auto& [k, q] : {std::pair{c, p}, std::pair{c64, causal}, std::pair{one, d64}}) {
+    ASSERT_EQ(f.can_run(k, q, sm90), std::nullopt) << k.key();
+    inst.push_back(flashtune::testing::attn_instantiation(f.specialize(k, q).name_expression));
+  }
+  const auto r = flashtune::testing::compile_instantiations_parallel(flashtune::testing::read_template("attn_bwd_sm90_tma.cuh"),
+                                                                     "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
+  ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
+  EXPECT_EQ(r.entries, int(inst.size()));
+  EXPECT_EQ(r.record.log.find("C751"), std::string::npos) << r.record.log;
+}
+
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run
 // admits compiles for sm_90a, and with deterministic dQ (dq_order 2) on the heaviest mask; one consumer warpgroup
 // (255 registers, no reallocation) and two (240 after the producer's setmaxnreg) spill at most a few words, but

@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -187,6 +190,81 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
             << name << " " << p.key() << " " << specs[i].name << " differs between two runs";
       }
     }
+  }
+}
+
+// timeline 2 (a diagnostic, kernel_templates/ft/timeline.cuh): every launched block of the pass leaves a record of
+// its phases after the accumulator's counters. Two launches back to back (the second's records read): every block's
+// record is there (entry stamps set, the SM id below the SM count), the items of the blocks sum to the grid's (non-
+// causal: every block sees every query tile), and a block's stamps run in its phases' order. With FT_TIMELINE_OUT
+// set, each config's records go to FT_TIMELINE_OUT/timeline_<n>.csv for `python -m flashtune.timeline`; with
+// FT_TIMELINE_SHAPE="batch,heads,seq" (the measurement: 2,16,8192) they are taken at that shape instead of b1 h8 4k.
+TEST(AttnBwdGpu, TimelineRecordsEveryBlocksPhasesInOrder) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  Launcher gpu;
+  if (gpu.info().arch != "sm_90a") GTEST_SKIP() << "mma 91 needs sm_90a, this GPU is " << gpu.info().arch;
+  const auto& f = fam("attn_bwd_fused");
+  std::int64_t batch = 1, heads = 8, seq = 4096;
+  if (const char* shape = std::getenv("FT_TIMELINE_SHAPE")) {
+    ASSERT_EQ(std::sscanf(shape, "%" SCNd64 ",%" SCNd64 ",%" SCNd64, &batch, &heads, &seq), 3) << "FT_TIMELINE_SHAPE=" << shape;
+  }
+  // The tuned d128 configs (experiments/tests/attn_bwd_standings.yaml) at tail 1: non-causal 80-row items, causal
+  // 64-row items in sections of two pairs.
+  auto tma = [](std::int64_t bm, std::int64_t ug) {
+    return core::Config{{{"block_m", bm}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91},
+                         {"unit_group", ug}, {"timeline", 2}}};
+  };
+  const std::vector<std::pair<core::Config, std::int64_t>> cases{{tma(80, 1), 0}, {tma(64, 2), 1}};
+  int n = 0;
+  for (const auto& [c, causal] : cases) {
+    const auto p = problem({{"batch", batch}, {"heads_q", heads}, {"seq_q", seq}, {"head_dim", 128}, {"causal", causal}},
+                           core::DType::bf16);
+    const std::string what = c.key() + " | " + p.key();
+    const auto shape = f.launch_shape(c, p, gpu.info().limits);
+    const std::size_t blocks = std::size_t(shape.grid[0]) * shape.grid[1] * shape.grid[2];
+    std::vector<std::vector<kernels::HostTensor>> each;
+    gpu.run_repeated(f, c, p, draw(f, p, 3), 2, Launcher::Workspaces::zero, each);
+    ASSERT_EQ(each.size(), 2u) << what;
+    const auto& words = each[1][kernels::attn_bwd::kFusedAcc].values;
+    const auto base = std::size_t(kernels::attn_bwd::fused_timeline_words(c, p));
+    constexpr std::size_t kSlots = 10;
+    ASSERT_LE(base + blocks * kSlots * 2, words.size()) << what << ": the records do not fit the workspace";
+    auto at = [&](std::size_t b, std::size_t slot) {
+      const std::size_t w = base + (b * kSlots + slot) * 2;
+      return std::uint64_t(words[w]) | std::uint64_t(words[w + 1]) << 32;
+    };
+    std::uint64_t items = 0;
+    std::size_t unordered = 0, missing = 0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const std::uint64_t n_items = at(b, 0) & 0xffffffffu, sm = at(b, 0) >> 32;
+      items += n_items;
+      if (at(b, 1) == 0 || at(b, 2) == 0 || sm >= std::uint64_t(gpu.info().limits.num_sms)) ++missing;
+      if (n_items == 0) continue;
+      const bool ordered = at(b, 2) <= at(b, 3) && at(b, 3) <= at(b, 4) && at(b, 4) <= at(b, 5) && at(b, 5) <= at(b, 6) &&
+                           at(b, 2) <= at(b, 7) && at(b, 2) <= at(b, 8) && at(b, 1) <= at(b, 9);
+      unordered += ordered ? 0 : 1;
+    }
+    EXPECT_EQ(missing, 0u) << what << ": blocks without a whole record";
+    EXPECT_EQ(unordered, 0u) << what << ": blocks whose stamps are out of their phases' order";
+    const std::uint64_t tiles = std::uint64_t((seq + c.at("block_m") - 1) / c.at("block_m"));
+    if (!causal) {
+      EXPECT_EQ(items, tiles * std::uint64_t(heads * batch) * std::uint64_t((seq + 127) / 128)) << what;
+    }
+    EXPECT_GT(items, 0u) << what;
+    if (const char* dir = std::getenv("FT_TIMELINE_OUT")) {
+      const std::string path = std::string(dir) + "/timeline_" + std::to_string(n) + ".csv";
+      std::FILE* out = std::fopen(path.c_str(), "w");
+      ASSERT_NE(out, nullptr) << path;
+      std::fprintf(out, "# %s\nblock,sm,items,gt_entry,entry,kv,first,last,stored,writer,last1,gt_stored\n", what.c_str());
+      for (std::size_t b = 0; b < blocks; ++b) {
+        std::fprintf(out, "%zu,%llu,%llu", b, static_cast<unsigned long long>(at(b, 0) >> 32),
+                     static_cast<unsigned long long>(at(b, 0) & 0xffffffffu));
+        for (std::size_t slot = 1; slot < kSlots; ++slot) std::fprintf(out, ",%llu", static_cast<unsigned long long>(at(b, slot)));
+        std::fprintf(out, "\n");
+      }
+      std::fclose(out);
+    }
+    ++n;
   }
 }
 
