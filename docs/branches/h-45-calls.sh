@@ -4,7 +4,7 @@
 #   then one device call per stage, each `bash docs/branches/h-45-calls.sh callN` with carry [".gpu"]:
 #   call1  correctness: the new GPU tests (timeline CSV at 2,16,8192), memcheck, racecheck, the Wgmma matrix (~8 min)
 #   call2  speed: A/B of A (dqzero) / B (+ maskskip) / C (+ cols2), then --vary dq_zero=1,2 on A (~9 min)
-#   call3  the standings with dq_zero [1, 2] beside cuDNN (~5 min)
+#   call3  the standings with dq_zero [1, 2] beside cuDNN, then --vary unit_group=2,4 on d128 / d64 causal (~8 min)
 # Folders: A = main + h-45-dqzero (its template part only changes the convert launch), B = A + h-45-maskskip,
 # C = A + h-45-cols2; the binaries are built with all three (their embedded templates: the GPU tests, memcheck and
 # racecheck run those), and the working tree ends with all three applied.
@@ -24,9 +24,18 @@ case "${1:-}" in
     git apply -R $p/h-45-maskskip.patch && git apply $p/h-45-cols2.patch && cp -r kernel_templates .gpu/t/C/
     git apply $p/h-45-maskskip.patch  # all three again, as built
     sed 's/tail: 2}/tail: 2, dq_zero: [1, 2]}/' experiments/tests/attn_bwd_standings.yaml > .gpu/standings_z.yaml
+    # unit_group 2 / 4 on the causal shapes whose pairs are one head (NOTES session 45's block-order simulation)
+    sed -n '/^name:/,/^studies:/p' experiments/tests/attn_bwd_standings.yaml | sed 's/^name: .*/name: attn_bwd_ug/' > .gpu/ug.yaml
+    cat >> .gpu/ug.yaml <<'YAML'
+  - family: attn_bwd_fused
+    problems:
+      - {batch: 2, heads_q: 16, seq_q: 8192, head_dim: 128, dtype: bf16, causal: 1}
+      - {batch: 2, heads_q: 32, seq_q: 8192, head_dim: 64, dtype: bf16, causal: 1}
+    space: {mma: 91, block_m: 64, block_n: 128, num_warps: 8, num_stages: 2, dq_order: 1, unit_group: 2, tail: 2}
+YAML
     for v in A B C; do
       for y in experiments/tests/attn_bwd_ab.yaml experiments/tests/attn_bwd_tma_memcheck.yaml \
-               experiments/tests/attn_bwd_tma_racecheck.yaml .gpu/standings_z.yaml; do
+               experiments/tests/attn_bwd_tma_racecheck.yaml .gpu/standings_z.yaml .gpu/ug.yaml; do
         build/harness/cli/flashtune run "$y" --compile-only --arch sm_90a --db /tmp/h45_precompile.sqlite \
           --cache .gpu/cache --templates .gpu/t/$v/kernel_templates >/dev/null
       done
@@ -59,6 +68,8 @@ case "${1:-}" in
     timeout 200 $bin/flashtune peers .gpu/standings_z.yaml --peers sdpa_cudnn --db "$out/st.sqlite" > "$OUT/peers.log" 2>&1
     $bin/flashtune query peers --db "$out/st.sqlite" > "$OUT/query_peers.txt" 2>&1
     cp "$out/st.sqlite" "$OUT/"
+    ROUNDS=3 FT_GPU_WORK=$out FT_GPU_CACHE=$out/cache timeout 200 bash tools/gpu_ab.sh --vary unit_group=2,4 .gpu/ug.yaml \
+      "$T" > "$OUT/ab_ug.txt" 2>&1
     ;;
   *) echo "usage: $0 prepare | call1 | call2 | call3" >&2; exit 2 ;;
 esac
