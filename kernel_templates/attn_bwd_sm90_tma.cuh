@@ -239,7 +239,7 @@ __device__ __forceinline__ bool ft_bwd_tail_combine(float* dk_acc, float* dv_acc
 // kMinBlocks: blocks per SM the kernel is compiled to fit (__launch_bounds__); with one consumer warpgroup, 2 puts
 // two blocks' consumers on an SM, unsynchronized (one's softmax beside the other's wgmma).
 // kTimeline (the host's timeline 2, with tail 1; a diagnostic): each block records when its phases ran
-// (ft/timeline.cuh) in kFtTimelineSlots words at launch index x kFtTimelineSlots after the accumulator's counters,
+// (ft/timeline.cuh) in FtBwdTimeline::slots() words at launch index x slots() after the accumulator's counters,
 // 16-byte aligned (the split tail's workspace, unused without it).
 template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
           bool kDeterministic = false, int kMinBlocks = 1, bool kTimeline = false>
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
   unsigned long long* const rec =
       kTimeline ? reinterpret_cast<unsigned long long*>(
                       (reinterpret_cast<unsigned long long>(ft_bwd_tail_counters<kHeadDim, kAccRows>(p)) + 15) & ~15ULL) +
-                      static_cast<long long>(lin) * kFtTimelineSlots
+                      static_cast<long long>(lin) * FtBwdTimeline::slots()
                 : nullptr;
   const FtSectionSlot slot = ft_section_slot(lin, n_kb, tp.unit_group, n_pairs);
   const int n_block = slot.inner, h_kv = slot.unit % p.heads_kv, b = slot.unit / p.heads_kv;

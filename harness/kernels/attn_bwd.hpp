@@ -27,7 +27,7 @@ enum DqDeltaBuffer : int { kDqdO = 5, kDqdDq = 6, kDqdDelta = 7 };
 enum DsinkBuffer : int { kSinkSinks = 0, kSinkLse = 1, kSinkDelta = 2, kSinkDsinks = 3 };
 
 /// attn_bwd_fused mma 91 with `timeline: 2` (tail 1): where its records start in the workspace (kFusedAcc) [32-bit
-/// words]: one record of 10 64-bit words per launched block, in launch order (slots: kernel_templates/ft/timeline.cuh).
+/// words]: one record of FtBwdTimeline::slots() 64-bit words per launched block, in launch order (attn_params.cuh).
 std::int64_t fused_timeline_words(const core::Config& config, const core::Problem& p);
 
 }  // namespace flashtune::kernels::attn_bwd

@@ -1,6 +1,6 @@
 """flashtune.timeline: where the blocks of the backward pass spend their time, from attn_bwd_fused mma 91's `timeline: 2`
 records (attn_bwd_gpu_test's TimelineRecordsEveryBlocksPhasesInOrder writes them as CSV under FT_TIMELINE_OUT; the
-slots are kernel_templates/ft/timeline.cuh's).
+slots are FtBwdTimeline's, kernel_templates/attn_params.cuh).
 
     python -m flashtune.timeline summary timeline_0.csv [timeline_1.csv ...]
 

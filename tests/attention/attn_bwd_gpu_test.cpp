@@ -29,6 +29,7 @@
 #include "harness/jit/template_store.hpp"
 #include "harness/kernels/attention.hpp"
 #include "harness/kernels/attn_bwd.hpp"
+#include "kernel_templates/attn_params.cuh"
 #include "harness/runner/runner.hpp"
 #include "reference/attention_bwd.hpp"
 #include "reference/compare.hpp"
@@ -228,7 +229,7 @@ TEST(AttnBwdGpu, TimelineRecordsEveryBlocksPhasesInOrder) {
     ASSERT_EQ(each.size(), 2u) << what;
     const auto& words = each[1][kernels::attn_bwd::kFusedAcc].values;
     const auto base = std::size_t(kernels::attn_bwd::fused_timeline_words(c, p));
-    constexpr std::size_t kSlots = 10;
+    constexpr std::size_t kSlots = FtBwdTimeline::slots();
     ASSERT_LE(base + blocks * kSlots * 2, words.size()) << what << ": the records do not fit the workspace";
     auto at = [&](std::size_t b, std::size_t slot) {
       const std::size_t w = base + (b * kSlots + slot) * 2;
@@ -252,7 +253,8 @@ TEST(AttnBwdGpu, TimelineRecordsEveryBlocksPhasesInOrder) {
     EXPECT_EQ(unordered, 0u) << what << ": blocks whose stamps are out of their phases' order";
     const std::uint64_t tiles = std::uint64_t((seq + c.at("block_m") - 1) / c.at("block_m"));
     if (!causal) {
-      EXPECT_EQ(items, tiles * std::uint64_t(heads * batch) * std::uint64_t((seq + 127) / 128)) << what;
+      const std::int64_t bn = c.at("block_n");
+      EXPECT_EQ(items, tiles * std::uint64_t(heads * batch) * std::uint64_t((seq + bn - 1) / bn)) << what;
     }
     EXPECT_GT(items, 0u) << what;
     if (const char* dir = std::getenv("FT_TIMELINE_OUT")) {
