@@ -71,5 +71,30 @@ YAML
     ROUNDS=3 FT_GPU_WORK=$out FT_GPU_CACHE=$out/cache timeout 200 bash tools/gpu_ab.sh --vary unit_group=2,4 .gpu/ug.yaml \
       "$T" > "$OUT/ab_ug.txt" 2>&1
     ;;
-  *) echo "usage: $0 prepare | call1 | call2 | call3" >&2; exit 2 ;;
+  callx)  # session 46, one call if only one comes: the dq_zero tests, the standings (folder A, dq_zero 1 / 2) beside cuDNN, memcheck
+    out=$OUT/w; mkdir -p "$out" "$OUT/tl"; source tools/gpu_env.sh
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$OUT/gpu.txt"
+    FT_TIMELINE_OUT=$OUT/tl FT_TIMELINE_SHAPE=2,16,8192 timeout 150 $bin/attn_bwd_gpu_test \
+      --gtest_filter='*DqZero2*:*Timeline*:*TwoRuns*:*Planted*' > "$OUT/tests.log" 2>&1; echo "tests rc=$?" >> "$OUT/rc.txt"
+    timeout 200 $bin/flashtune run .gpu/standings_z.yaml --db "$out/st.sqlite" --templates .gpu/t/A/kernel_templates \
+      > "$OUT/standings.log" 2>&1; echo "standings rc=$?" >> "$OUT/rc.txt"
+    timeout 100 $bin/flashtune peers .gpu/standings_z.yaml --peers sdpa_cudnn --db "$out/st.sqlite" > "$OUT/peers.log" 2>&1
+    echo "peers rc=$?" >> "$OUT/rc.txt"
+    $bin/flashtune query peers --db "$out/st.sqlite" > "$OUT/query_peers.txt" 2>&1; cp "$out/st.sqlite" "$OUT/"
+    timeout 110 compute-sanitizer --tool memcheck $bin/flashtune run experiments/tests/attn_bwd_tma_memcheck.yaml \
+      --db "$out/mc.sqlite" > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?" >> "$OUT/rc.txt"
+    ;;
+  call23)  # session 46, short of device time: call 2's folder A/B (2 rounds) and call 3's standings (folder C) in one call
+    out=$OUT/w; mkdir -p "$out"
+    ROUNDS=${ROUNDS:-2} FT_GPU_WORK=$out FT_GPU_CACHE=$out/cache timeout 270 bash tools/gpu_ab.sh experiments/tests/attn_bwd_ab.yaml \
+      .gpu/t/A/kernel_templates .gpu/t/B/kernel_templates .gpu/t/C/kernel_templates > "$OUT/ab_folders.txt" 2>&1
+    mv "$OUT/ab.tgz" "$OUT/ab_folders.tgz" 2>/dev/null
+    source tools/gpu_env.sh
+    T=${FT_H45_TEMPLATES:-.gpu/t/C/kernel_templates}
+    timeout 200 $bin/flashtune run .gpu/standings_z.yaml --db "$out/st.sqlite" --templates "$T" > "$OUT/standings.log" 2>&1
+    timeout 120 $bin/flashtune peers .gpu/standings_z.yaml --peers sdpa_cudnn --db "$out/st.sqlite" > "$OUT/peers.log" 2>&1
+    $bin/flashtune query peers --db "$out/st.sqlite" > "$OUT/query_peers.txt" 2>&1
+    cp "$out/st.sqlite" "$OUT/"
+    ;;
+  *) echo "usage: $0 prepare | call1 | call2 | call3 | call23" >&2; exit 2 ;;
 esac
