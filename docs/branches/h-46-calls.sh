@@ -10,6 +10,8 @@
 #   call2  (~9 min) the Wgmma matrix, planted bugs, bitwise reruns (the embedded templates: E); speed: --vary
 #          epilogue=1,2 over attn_bwd_ab.yaml (folder E, 3 rounds); the dense forward M / E (3 rounds)
 #   call3  the standings with epilogue [1, 2] beside cuDNN (folder E), then --vary unit_group=2,4 on the causal shapes
+# Folder M (main's templates) serves the forward A/B only: the patched host lays FtAttnBwdTmaParams out with 7 maps,
+# which main's backward kernels do not read (their unit_group and tail fields would be off).
 # Each call leaves one archive, $OUT/callN.tgz (session 46: the device tool returned 8 files of a call and dropped the
 # rest by count), its databases and caches under /tmp/w on the machine.
 set -uo pipefail
