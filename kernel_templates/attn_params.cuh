@@ -135,11 +135,7 @@ struct FtBwdDqSplit {
   }
 };
 
-// The fused backward's convert launch (convert = 1 of attn_bwd_fused mma 90 / 91: dQ = T(scale x fp32
-// accumulator)): quads (four accumulator floats) per thread, all loaded before any is stored. The launch runs the
-// main kernel's blocks, which its registers hold to one or two an SM: one quad a thread left the memory pipe mostly
-// idle (6 KB in flight per SM at 384 threads). The host sizes the grid by it.
-// The mma 91 backward's `timeline: 2` records (ft/timeline.cuh): kSlots 64-bit words per launched block, in the order
+// The mma 91 backward's `timeline: 2` records (ft/timeline.cuh): slots() 64-bit words per launched block, in the order
 // a block's phases run (the host's reader, python/flashtune/timeline.py, names them the same): 0 SM id << 32 | the
 // block's items, 1 globaltimer at entry [ns], 2 clock64 at entry, 3 the consumers' K / V arrived (warpgroup 0), 4 its
 // first item done, 5 its last item done, 6 dK, dV stored, 7 the dQ writer's adds complete (writer warp 2), 8
@@ -148,6 +144,10 @@ struct FtBwdTimeline {
   static constexpr FT_HOST_DEVICE int slots() { return 10; }
 };
 
+// The fused backward's convert launch (convert = 1 of attn_bwd_fused mma 90 / 91: dQ = T(scale x fp32
+// accumulator)): quads (four accumulator floats) per thread, all loaded before any is stored. The launch runs the
+// main kernel's blocks, which its registers hold to one or two an SM: one quad a thread left the memory pipe mostly
+// idle (6 KB in flight per SM at 384 threads). The host sizes the grid by it.
 struct FtBwdConvert {
   static constexpr FT_HOST_DEVICE int quads() { return 8; }
   // Accumulator floats per load (a "quad" of the launch's count): 4; 8 for 80-row blocks (two quads, a pair of T per
