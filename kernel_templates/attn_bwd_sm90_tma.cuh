@@ -22,7 +22,8 @@
 // warpgroup 0's dQ of two items back may still read (named barriers 3 + buffer): it runs up to two items ahead,
 // and the two warpgroups' softmax and wgmma phases interleave instead of meeting once per item (session 28: 1-3 %
 // faster than one barrier for both and a piece each, same call on one H100). dK (times scale) and dV are stored
-// at the end.
+// at the end: from the registers (4-byte stores), or with kTmaEpilogue (the host's epilogue 2; blocks that are not
+// split pieces) staged in the warpgroup's own rows of the V and K tiles and written by TMA stores (below).
 // The producer's warps 2 and 3 are the dQ writers (FlashAttention-3's layout): warp 2 + (piece % 2) waits for a
 // piece's "dq full", adds it into the fp32 accumulator p.ws by one bulk reduce-add (cp.reduce.async.bulk add.f32,
 // lane 0) and frees the buffer ("dq empty") once the add has read it, so the consumers go on to the next item
@@ -241,8 +242,11 @@ __device__ __forceinline__ bool ft_bwd_tail_combine(float* dk_acc, float* dv_acc
 // kTimeline (the host's timeline 2, with tail 1; a diagnostic): each block records when its phases ran
 // (ft/timeline.cuh) in FtBwdTimeline::slots() words at launch index x slots() after the accumulator's counters,
 // 16-byte aligned (the split tail's workspace, unused without it).
+// kTmaEpilogue (the host's epilogue 2): dK, dV of a block that is not a split piece leave through shared memory.
+// Session 46's timeline (one H100): the register stores took ~7,200 cycles a block at d128 non-causal, about half of
+// the per-block fixed cost.
 template <typename T, int kHeadDim, int kBlockM, int kConsumers, int kStages, bool kCausal, bool kWindow,
-          bool kDeterministic = false, int kMinBlocks = 1, bool kTimeline = false>
+          bool kDeterministic = false, int kMinBlocks = 1, bool kTimeline = false, bool kTmaEpilogue = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     attn_bwd_fused_tma_kernel(const __grid_constant__ FtAttnBwdTmaParams<T> tp) {
   static_assert(kHeadDim % 64 == 0 && kHeadDim <= 128, "rows of whole 128-byte swizzle slabs, head_dim 64 or 128");
@@ -275,8 +279,9 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
     kBarDqFull = 5,                     // named barriers 5.. per dQ piece: staged (warpgroup 0 + its writer warp)
     kBarDqEmpty = kBarDqFull + kDqPieces,  // then per piece: the writer's add has read the buffer
     kDqBarThreads = 128 + 32,              // each of them: warpgroup 0's threads and the piece's writer warp
+    kBarEpi = 13,  // kTmaEpilogue: 13 = warpgroup 0's reads of K are done (both consumers), 14 + cw = a warpgroup's rows staged
   };
-  static_assert(kBarDqEmpty + kDqPieces <= 16, "16 named barriers");
+  static_assert(kBarDqEmpty + kDqPieces <= (kTmaEpilogue ? kBarEpi : 16), "16 named barriers");
   static_assert(kDqN == 64 || kDqN == 128, "a dQ piece is one m64n64 or m64n128 chain");
   static_assert(kDqPieces == FtAttnSmem::bwd_tma_dq_pieces(kHeadDim, kBlockM, kBlockN), "the host's dQ pieces");
   enum : bool { kBarsInStage = FtAttnSmem::bwd_tma_bars_in_stage(kHeadDim, kBlockM, kBlockN, kStages) };
@@ -602,10 +607,37 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
       if (kTimeline && i == 0 && threadIdx.x == 128) rec[4] = ft_clock64();
     }
     if (kTimeline && (threadIdx.x == 128 || threadIdx.x == 256)) rec[threadIdx.x == 128 ? 5 : 8] = ft_clock64();
-    // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
-    if (tail < 0 || ft_bwd_tail_combine<kHeadDim, kAccRows>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
-                                                   threadIdx.x - 128, 128 * kConsumers))
+    if (kTmaEpilogue && tail < 0) {
+      // dV into the warpgroup's 64 rows of the V tile (read only by its own dP^T, complete), its TMA stores issued;
+      // then dK (times scale) into its rows of the K tile once warpgroup 0's dQ has read them (every dQ reads all of
+      // K: warpgroup 1 waits on 13, which warpgroup 0 passes at once), stored the same way. One thread of the
+      // warpgroup issues (64-key boxes; rows past seq_k are not written) and waits for the reads before it exits.
+      const int lr = key0 - n0;  // this thread's first row of the tiles
+      const bool issuer = threadIdx.x % 128 == 0, rows_in = n0 + cw * 64 < p.seq_k;
+      // acc (times mul) into this warpgroup's rows of `tile` (wg_tile: their first), then its boxes stored by `map`.
+      auto stage_and_store = [&](unsigned tile, unsigned wg_tile, const float* acc, float mul, const FtTensorMap& map) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) ft_stage_acc_row<T, kHeadDim, kBlockN>(tile, acc, lr + 8 * r, r, mul);
+        ft_fence_proxy_async();
+        ft_named_barrier_sync(kBarEpi + 1 + cw, 128);
+        if (issuer && rows_in) {
+#pragma unroll
+          for (int s = 0; s < kSlabs; ++s) ft_tma_store_4d(map, wg_tile + unsigned(s * kSlabKv), 64 * s, n0 + cw * 64, h_kv, b);
+          ft_bulk_commit();
+        }
+      };
+      stage_and_store(smem_v, v_wg, dv_acc, 1.f, tp.dv_map);
+      if constexpr (kConsumers == 2) {
+        if (cw == 0) ft_named_barrier_arrive(kBarEpi, 256);
+        else ft_named_barrier_sync(kBarEpi, 256);
+      }
+      stage_and_store(smem_k, k_wg, dk_acc, p.scale, tp.dk_map);
+      if (issuer && rows_in) ft_bulk_wait_read<0>();
+    } else if (tail < 0 || ft_bwd_tail_combine<kHeadDim, kAccRows>(dk_acc, dv_acc, p, n_tail, tail, part, tp.tail_parts,
+                                                                 threadIdx.x - 128, 128 * kConsumers)) {
+      // A split block's pieces: each leaves its partial dK, dV; the last to finish adds the others' and stores.
       ft_bwd_store_dkdv<T, kHeadDim>(p.dk, p.dv, dk_acc, dv_acc, b * p.k_sb + h_kv * p.k_sh, p.k_ss, key0, n1, p.scale, t4);
+    }
     if (kTimeline && threadIdx.x == 128) {
       rec[6] = ft_clock64();
       rec[9] = ft_globaltimer();

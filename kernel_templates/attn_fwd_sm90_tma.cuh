@@ -309,15 +309,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
         // reads; rows past seq_q are not written). The Q tile: every Q K^T of the warpgroup has completed. Its own
         // tile: the previous unit's store has read it (thread 0 waited before the first barrier).
         ft_named_barrier_sync(1 + kConsumers + cw, 128);
-        unsigned char* smem = ft_smem_tma + (smem_o - ft_smem_u32(ft_smem_tma));
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int lr = lr0 + 8 * r;
-#pragma unroll
-          for (int dt = 0; dt < kHeadDim / 8; ++dt)
-            *reinterpret_cast<unsigned*>(smem + FtSlabOffset<kBlockM>()(lr, dt) + t4 * 4) =
-                FtMma<T>::pack(acc[dt * 4 + 2 * r] * inv[r], acc[dt * 4 + 2 * r + 1] * inv[r]);
-        }
+        for (int r = 0; r < 2; ++r) ft_stage_acc_row<T, kHeadDim, kBlockM>(smem_o, acc, lr0 + 8 * r, r, inv[r]);
         ft_fence_proxy_async();
         ft_named_barrier_sync(1 + kConsumers + cw, 128);
         if (threadIdx.x % 128 == 0) {

@@ -81,10 +81,11 @@ struct FtAttnBwdParams {
 // chunks: the windowed sweep (attn_bwd_fused_sweep_tma_kernel, mma 92): chunks of query tiles per (kv head, batch) pair,
 // one block each (the main pass's gridDim.x; its second launch has another grid and reads it here).
 // o_map: O, as Q's (the sweep with D inline, attn_bwd_fused_delta; unused elsewhere).
+// dk_map, dv_map: dK and dV (K's strides) in 64-key boxes, for mma 91's epilogue 2 (TMA stores; unset elsewhere).
 template <typename T>
 struct FtAttnBwdTmaParams {
   FtAttnBwdParams<T> a;
-  FtTensorMap q_map, k_map, v_map, do_map, o_map;
+  FtTensorMap q_map, k_map, v_map, do_map, o_map, dk_map, dv_map;
   int unit_group;
   int chunks;
   int tail_first;  // mma 91 split tail: launch-order index of the first split block (blocks before it run whole)
@@ -268,7 +269,7 @@ struct FtWarpRoleRegs {
 static_assert(sizeof(FtAttnFwdParams<void>) == 6 * 8 + 12 * 8 + 7 * 4 + 4, "FtAttnFwdParams: 172 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnFwdTmaParams<void>) == 192 + 4 * 128 + 64, "FtAttnFwdTmaParams: the forward's 176 bytes padded to 64, 4 maps, batch, unit_group and sched padded to 64");
 static_assert(sizeof(FtAttnBwdParams<void>) == 13 * 8 + 6 * 8 + 11 * 4 + 4, "FtAttnBwdParams: 200 bytes, no padding");
-static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 5 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 5 maps, unit_group, chunks, tail_first and tail_parts padded to 64");
+static_assert(sizeof(FtAttnBwdTmaParams<void>) == 256 + 7 * 128 + 64, "FtAttnBwdTmaParams: the backward's 200 bytes padded to 64, 7 maps, unit_group, chunks, tail_first and tail_parts padded to 64");
 static_assert(sizeof(FtAttnNaiveParams<void>) == 4 * 8 + 5 * 4 + 4, "FtAttnNaiveParams: 52 bytes of members, padded to 8");
 static_assert(sizeof(FtAttnEagerParams) == 4 * 8 + 10 * 4 + 4 + 4, "FtAttnEagerParams: 76 bytes of members, padded to 8");
 #endif

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # docs/branches/h-46-calls.sh: NOTES session 46's plan for validating and measuring h-46-epilogue.patch (attn_bwd_fused
 # mma 91 `epilogue: 2`: dK, dV staged in the K / V tiles and written by TMA stores; the forward's epilogue-2 staging
-# through the same library function), as commands. Not run yet.
+# through the same library function), as commands. Ran in session 47 (call1, then call23 for calls 2 and 3), after
+# which the patch landed on main: `prepare` applies only on 415dc5b, the tree it was measured on.
 #   bash docs/branches/h-46-calls.sh prepare   # here (no GPU): apply, build, pack, template folders M and E, yamls, caches
 #   then one device call per stage, each `bash docs/branches/h-46-calls.sh callN` with carry [".gpu"], back to back
 #   (a warm machine goes back after 30 s idle):
@@ -105,5 +106,26 @@ PY
       .gpu/ug.yaml .gpu/t/E/kernel_templates > "$r/ab_ug.txt" 2>&1
     pack call3
     ;;
-  *) echo "usage: $0 prepare | call1 | call2 | call3" >&2; exit 2 ;;
+  call23)
+    # calls 2 and 3 in one (session 47: machines came rarely): the bars first, each step capped, ~500 s in all; the
+    # archive is rewritten after every step so that a call cut short still returns what it measured
+    out=/tmp/w; mkdir -p "$out" "$OUT/r"; r=$OUT/r
+    ck() { tar czf "$OUT/.c.tgz" -C "$OUT" r && mv "$OUT/.c.tgz" "$OUT/call23.tgz"; }
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     timeout 150 $bin/flashtune run .gpu/standings_e.yaml --db "$out/st.sqlite" --templates .gpu/t/E/kernel_templates \
+       > "$r/standings.log" 2>&1; echo "standings rc=$?" >> "$r/rc.txt"
+     timeout 90 $bin/flashtune peers .gpu/standings_e.yaml --peers sdpa_cudnn --db "$out/st.sqlite" > "$r/peers.log" 2>&1
+     echo "peers rc=$?" >> "$r/rc.txt"
+     $bin/flashtune query peers --db "$out/st.sqlite" > "$r/query_peers.txt" 2>&1
+     cp "$out/st.sqlite" "$r/"; ck
+     timeout 100 $bin/attn_bwd_gpu_test --gtest_filter='*Wgmma*:*Planted*:*TwoRuns*' > "$r/tests.log" 2>&1
+     echo "tests rc=$?" >> "$r/rc.txt"; ck
+     timeout 60 $bin/flashtune run .gpu/fwd_dense.yaml --db "$out/fwd.sqlite" --templates .gpu/t/E/kernel_templates \
+       > "$r/fwd_e.log" 2>&1; echo "fwd_e rc=$?" >> "$r/rc.txt"; ck)
+    ROUNDS=2 FT_GPU_WORK=$out FT_GPU_CACHE=$out/cache OUT=$r timeout 100 bash tools/gpu_ab.sh --vary epilogue=1,2 \
+      experiments/tests/attn_bwd_ab.yaml .gpu/t/E/kernel_templates > "$r/ab_epilogue.txt" 2>&1
+    mv "$r/ab.tgz" "$r/ab_epilogue.tgz" 2>/dev/null; ck
+    ;;
+  *) echo "usage: $0 prepare | call1 | call2 | call3 | call23" >&2; exit 2 ;;
 esac

@@ -106,9 +106,10 @@ std::int64_t sweep_workspace(const Shape& s) {
 }
 
 // The backward's parameter struct grown to FtAttnBwdTmaParams: the tensor maps (4-D, 64-column boxes) of Q and dO
-// (q_rows-row boxes), K and V (kv_rows), O's as Q's where o_buffer >= 0, and unit_group.
+// (q_rows-row boxes), K and V (kv_rows), O's as Q's where o_buffer >= 0, dK's and dV's (K's strides, 64-row boxes:
+// one consumer warpgroup's keys) where dkdv_maps, and unit_group.
 std::vector<KernelArg> tma_arguments(std::vector<KernelArg> shared, const Shape& s, std::int64_t q_rows, std::int64_t kv_rows,
-                                     int o_buffer, std::int32_t unit_group) {
+                                     int o_buffer, std::int32_t unit_group, bool dkdv_maps = false) {
   auto& params = std::get<ParamsArg>(shared.at(0));
   BwdParams a;
   std::memcpy(&a, params.bytes.data(), sizeof a);
@@ -120,6 +121,10 @@ std::vector<KernelArg> tma_arguments(std::vector<KernelArg> shared, const Shape&
   attn::map_heads_tensor(params, offsetof(Tma, v_map), kV, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, kv_rows);
   if (o_buffer >= 0)
     attn::map_heads_tensor(params, offsetof(Tma, o_map), o_buffer, s, s.seq_q, s.heads_q, a.q_ss, a.q_sh, a.q_sb, q_rows);
+  if (dkdv_maps) {
+    attn::map_heads_tensor(params, offsetof(Tma, dk_map), kFusedDk, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
+    attn::map_heads_tensor(params, offsetof(Tma, dv_map), kFusedDv, s, s.seq_k, s.heads_kv, a.k_ss, a.k_sh, a.k_sb, 64);
+  }
   params.set(offsetof(Tma, unit_group), unit_group);
   return shared;
 }
@@ -140,6 +145,7 @@ class FusedWgmma final : public GradVariant {
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 90 takes 1";
     if (c.tail != 1) return "tail is an mma 91 option; mma 90 takes 1";
     if (c.timeline != 1) return "timeline is an mma 91 option; mma 90 takes 1";
+    if (c.epilogue != 1) return "epilogue is an mma 91 option; mma 90 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -202,14 +208,15 @@ class FusedTma final : public GradVariant {
     if (c.timeline == 2 && c.tail != 1) return "mma 91: timeline 2 needs tail 1 (its records take the split tail's workspace)";
     return std::nullopt;
   }
-  // dq_order 2, min_blocks and timeline 2 append the kernel's last template arguments, kDeterministic, kMinBlocks and
-  // kTimeline, where they (or one after them) are not the defaults (false, 1, false).
+  // dq_order 2, min_blocks, timeline 2 and epilogue 2 append the kernel's last template arguments, kDeterministic,
+  // kMinBlocks, kTimeline and kTmaEpilogue, where they (or one after them) are not the defaults (false, 1, false, false).
   std::string name_expression(const BwdConfig& c, const Shape& s) const override {
     std::string name = wgmma_name("attn_bwd_fused_tma_kernel", c, s);
-    const bool timeline = c.timeline == 2;
-    if (c.dq_order == 2 || c.min_blocks != 1 || timeline) name.insert(name.size() - 1, c.dq_order == 2 ? ", true" : ", false");
-    if (c.min_blocks != 1 || timeline) name.insert(name.size() - 1, ", " + n(c.min_blocks));
-    if (timeline) name.insert(name.size() - 1, ", true");
+    const bool timeline = c.timeline == 2, tma_epilogue = c.epilogue == 2, later = timeline || tma_epilogue;
+    if (c.dq_order == 2 || c.min_blocks != 1 || later) name.insert(name.size() - 1, c.dq_order == 2 ? ", true" : ", false");
+    if (c.min_blocks != 1 || later) name.insert(name.size() - 1, ", " + n(c.min_blocks));
+    if (later) name.insert(name.size() - 1, timeline ? ", true" : ", false");
+    if (tma_epilogue) name.insert(name.size() - 1, ", true");
     return name;
   }
   // One block per key tile, per kv head; the producer's 128 threads on top. tail 2: a 1-D grid, the blocks in launch
@@ -225,11 +232,11 @@ class FusedTma final : public GradVariant {
     }
     return l;
   }
-  // FtAttnBwdTmaParams: the maps of Q, dO (block_m-row boxes), K, V (block_n), then the block order's section width
-  // (unit_group, at most the (kv head, batch) pairs).
+  // FtAttnBwdTmaParams: the maps of Q, dO (block_m-row boxes), K, V (block_n), with epilogue 2 dK's and dV's (64-key
+  // boxes, the stores'), then the block order's section width (unit_group, at most the (kv head, batch) pairs).
   std::vector<KernelArg> arguments(const BwdConfig& c, const Shape& s, std::vector<KernelArg> shared) const override {
     return tma_arguments(std::move(shared), s, c.block_m, c.block_n, -1,
-                         std::int32_t(std::clamp<std::int64_t>(c.unit_group, 1, s.heads_kv * s.batch)));
+                         std::int32_t(std::clamp<std::int64_t>(c.unit_group, 1, s.heads_kv * s.batch)), c.epilogue == 2);
   }
 
  private:
@@ -278,6 +285,7 @@ class FusedSweep final : public GradVariant {
     if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 92 takes 1";
     if (c.tail != 1) return "tail is an mma 91 option; mma 92 takes 1";
     if (c.timeline != 1) return "timeline is an mma 91 option; mma 92 takes 1";
+    if (c.epilogue != 1) return "epilogue is an mma 91 option; mma 92 takes 1";
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c), 0)) return "mma 92: " + *why;
     return std::nullopt;
   }
@@ -401,12 +409,18 @@ class AttnBwdFused : public GradStage {
         // A diagnostic, named only by its probe (attn_bwd_gpu_test's timeline test; python -m flashtune.timeline).
         {"timeline", {1}, "mma 91, tail 1: 2 = each block records clock64 / globaltimer stamps of its phases (entry, K / V in, "
                           "first and last item, dK / dV stored, dQ adds complete) into the workspace; fused_timeline_words"},
+        // Searched only where named until measured (session 46's timeline: the register stores are ~half of a block's
+        // fixed cost at d128).
+        {"epilogue", {1}, "mma 91: 1 = dK, dV stored from the registers; 2 = staged in the K / V tiles and written by TMA "
+                          "stores (blocks that are not split-tail pieces)"},
     };
   }
   std::optional<std::string> check_config(const BwdConfig& c, const Shape&, const core::DeviceLimits&) const override {
     if (c.dq_order != 1 && c.dq_order != 2) return "dq_order must be 1 (any order) or 2 (deterministic), not " + n(c.dq_order);
     if (c.unit_group < 1) return "unit_group must be >= 1, not " + n(c.unit_group);
     if (c.timeline != 1 && c.timeline != 2) return "timeline must be 1 (off) or 2 (each block records its phases), not " + n(c.timeline);
+    if (c.epilogue != 1 && c.epilogue != 2)
+      return "epilogue must be 1 (dK, dV from the registers) or 2 (staged, TMA stores), not " + n(c.epilogue);
     return std::nullopt;
   }
   std::vector<Binding> bindings(const BwdConfig&, const Shape&) const override {

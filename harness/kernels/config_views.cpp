@@ -31,7 +31,8 @@ BwdConfig::BwdConfig(const core::Config& c)
       dq_order(c.get("dq_order", 1)),
       unit_group(c.get("unit_group", 1)),
       tail(c.get("tail", 1)),
-      timeline(c.get("timeline", 1)) {}
+      timeline(c.get("timeline", 1)),
+      epilogue(c.get("epilogue", 1)) {}
 
 PreprocessConfig::PreprocessConfig(const core::Config& c) : block_m(c.at("block_m")), num_warps(c.at("num_warps")) {}
 

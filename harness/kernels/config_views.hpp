@@ -56,6 +56,7 @@ struct BwdConfig : Tiles {
   std::int64_t unit_group = 1;   ///< fused (mma 91): (kv head, batch) pairs per section of the block order
   std::int64_t tail = 1;         ///< fused (mma 91, dq_order 1): 2 = the last partial wave's blocks split in pieces
   std::int64_t timeline = 1;     ///< fused (mma 91, tail 1): 2 = each block records its phases' times (a diagnostic)
+  std::int64_t epilogue = 1;     ///< fused (mma 91): 1 = dK, dV stored from the registers; 2 = staged, stored by TMA
 
   explicit BwdConfig(const core::Config& c);
 };

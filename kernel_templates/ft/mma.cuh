@@ -193,6 +193,20 @@ __device__ __forceinline__ void ft_store_acc_row(T* dst, const float* acc, int r
     *reinterpret_cast<unsigned*>(dst + dt * 8 + 2 * t4) = FtMma<T>::pack(acc[dt * 4 + 2 * r] * mul, acc[dt * 4 + 2 * r + 1] * mul);
 }
 
+// The same row into a shared-memory tile of kRows rows in the wgmma / TMA slab layout (FtSlabOffset: 64-column
+// slabs of 128-byte rows, 16-byte chunks swizzled by the row) at tile row lr; `tile` is the tile's shared-window
+// address (ft_smem_u32; its slabs 1024-aligned): what a TMA store of the tile's 64-column boxes reads (the forward's
+// O, the backward's dK, dV).
+template <typename T, int kCols, int kRows>
+__device__ __forceinline__ void ft_stage_acc_row(unsigned tile, const float* acc, int lr, int r, float mul) {
+  const int t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int dt = 0; dt < kCols / 8; ++dt)
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(tile + FtSlabOffset<kRows>()(lr, dt) + unsigned(t4 * 4)),
+                 "r"(FtMma<T>::pack(acc[dt * 4 + 2 * r] * mul, acc[dt * 4 + 2 * r + 1] * mul))
+                 : "memory");
+}
+
 // Accumulator rows below `rows` as fp32, unscaled, at base + row * kDT * 8 (a dense workspace).
 template <int kMT, int kDT>
 __device__ __forceinline__ void ft_store_rows_f32(float* base, int first_row, int rows, const float (&acc)[kMT][kDT][4]) {

@@ -81,6 +81,23 @@ kernels::ParamsArg expect_tma_kernel(const kernels::KernelFamily& f, const core:
   return bad.empty() ? std::get<kernels::ParamsArg>(args[0]) : kernels::ParamsArg{};
 }
 
+// Each (config, problem) is admitted by can_run on sm_90a, and their mma 91 instantiations compile together for
+// sm_90a without ptxas serializing wgmma (C751x).
+void expect_mma91_compiles(const std::vector<std::pair<core::Config, core::Problem>>& cases) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  std::vector<std::string> inst;
+  for (const auto& [c, p] : cases) {
+    ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt) << c.key();
+    inst.push_back(flashtune::testing::attn_instantiation(f.specialize(c, p).name_expression));
+  }
+  const auto r = flashtune::testing::compile_instantiations_parallel(flashtune::testing::read_template("attn_bwd_sm90_tma.cuh"),
+                                                                     "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
+  ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
+  EXPECT_EQ(r.entries, int(inst.size()));
+  EXPECT_EQ(r.record.log.find("C751"), std::string::npos) << r.record.log;
+}
+
 }  // namespace
 
 TEST(AttnBwdFused, IsItsOwnStageBesideDkdvAndDq) {
@@ -409,22 +426,59 @@ TEST(AttnBwdFused, Mma91TimelineIsADiagnosticKernel) {
   mma90.values["mma"] = 90;
   mma90.values["timeline"] = 2;
   EXPECT_NE(f.can_run(mma90, p, sm90).value_or("").find("timeline is an mma 91 option"), std::string::npos);
-  std::vector<std::string> inst;
   const auto causal = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}, {"causal", 1}}, core::DType::bf16);
   const auto d64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}, {"causal", 1}}, core::DType::bf16);
   auto one = cfg(64, 64, 4, 2);
   one.values["mma"] = 91;
   one.values["timeline"] = 2;
   one.values["min_blocks"] = 2;
-  for (const auto& [k, q] : {std::pair{c, p}, std::pair{c64, causal}, std::pair{one, d64}}) {
-    ASSERT_EQ(f.can_run(k, q, sm90), std::nullopt) << k.key();
-    inst.push_back(flashtune::testing::attn_instantiation(f.specialize(k, q).name_expression));
-  }
-  const auto r = flashtune::testing::compile_instantiations_parallel(flashtune::testing::read_template("attn_bwd_sm90_tma.cuh"),
-                                                                     "attn_bwd_sm90_tma.cuh", inst, "sm_90a");
-  ASSERT_TRUE(r.record.ok) << r.record.log.substr(0, 4000);
-  EXPECT_EQ(r.entries, int(inst.size()));
-  EXPECT_EQ(r.record.log.find("C751"), std::string::npos) << r.record.log;
+  expect_mma91_compiles({{c, p}, {c64, causal}, {one, d64}});
+}
+
+// epilogue 2 (mma 91): dK, dV staged in the K / V tiles and written by TMA stores. The name takes the kernel's last
+// template argument (kTmaEpilogue) after the earlier ones at their defaults; the other variants and bad values get one
+// line; the 64-row, 80-row, one-consumer, deterministic and split-tail instantiations compile without ptxas
+// serializing wgmma (C751x).
+TEST(AttnBwdFused, Mma91Epilogue2StoresDkDvByTma) {
+  const auto& f = fused();
+  const auto sm90 = core::DeviceLimits::for_arch("sm_90a");
+  const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 333}, {"seq_k", 300}, {"head_dim", 128}});
+  auto c = cfg(80, 128, 8, 2);
+  c.values["mma"] = 91;
+  c.values["epilogue"] = 2;
+  ASSERT_EQ(f.can_run(c, p, sm90), std::nullopt);
+  EXPECT_EQ(f.specialize(c, p).name_expression,
+            "attn_bwd_fused_tma_kernel<ft_bf16, 128, 80, 2, 2, false, false, false, 1, false, true>");
+  auto det = c;
+  det.values["block_m"] = 64;
+  det.values["dq_order"] = 2;
+  EXPECT_EQ(f.specialize(det, p).name_expression,
+            "attn_bwd_fused_tma_kernel<ft_bf16, 128, 64, 2, 2, false, false, true, 1, false, true>");
+  auto probe = c;
+  probe.values["timeline"] = 2;
+  EXPECT_EQ(f.specialize(probe, p).name_expression,
+            "attn_bwd_fused_tma_kernel<ft_bf16, 128, 80, 2, 2, false, false, false, 1, true, true>");
+  auto split = c;
+  split.values["tail"] = 2;
+  EXPECT_EQ(f.can_run(split, p, sm90), std::nullopt);  // split pieces store from the registers
+  auto bad = c;
+  bad.values["epilogue"] = 3;
+  EXPECT_NE(f.can_run(bad, p, sm90).value_or("").find("epilogue must be 1"), std::string::npos);
+  auto mma90 = cfg(64, 128, 8, 2);
+  mma90.values["mma"] = 90;
+  mma90.values["epilogue"] = 2;
+  EXPECT_NE(f.can_run(mma90, p, sm90).value_or("").find("epilogue is an mma 91 option"), std::string::npos);
+  const auto causal = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 128}, {"causal", 1}}, core::DType::bf16);
+  const auto d64 = problem({{"batch", 1}, {"heads_q", 4}, {"seq_q", 100}, {"head_dim", 64}, {"causal", 1}, {"window", 40}},
+                           core::DType::f16);
+  auto c64 = c;
+  c64.values["block_m"] = 64;
+  c64.values["tail"] = 2;
+  auto one = cfg(64, 64, 4, 2);
+  one.values["mma"] = 91;
+  one.values["epilogue"] = 2;
+  one.values["min_blocks"] = 2;
+  expect_mma91_compiles({{c, p}, {c64, causal}, {det, causal}, {one, d64}});
 }
 
 // Every mma 91 config of the default space at head dims 64 and 128 (plain and the heaviest mask) that can_run

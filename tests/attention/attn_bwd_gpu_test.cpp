@@ -200,7 +200,8 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
 // record is there (entry stamps set; no more distinct SM ids than SMs), the items of the blocks sum to the grid's (non-
 // causal: every block sees every query tile), and a block's stamps run in its phases' order. With FT_TIMELINE_OUT
 // set, each config's records go to FT_TIMELINE_OUT/timeline_<n>.csv for `python -m flashtune.timeline`; with
-// FT_TIMELINE_SHAPE="batch,heads,seq" (the measurement: 2,16,8192) they are taken at that shape instead of b1 h8 4k.
+// FT_TIMELINE_SHAPE="batch,heads,seq" (the measurement: 2,16,8192) they are taken at that shape instead of b1 h8 4k;
+// FT_TIMELINE_EPILOGUE=2 takes the configs' epilogue 2 (dK, dV by TMA stores) instead of 1.
 TEST(AttnBwdGpu, TimelineRecordsEveryBlocksPhasesInOrder) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   Launcher gpu;
@@ -212,9 +213,12 @@ TEST(AttnBwdGpu, TimelineRecordsEveryBlocksPhasesInOrder) {
   }
   // The tuned d128 configs (experiments/tests/attn_bwd_standings.yaml) at tail 1: non-causal 80-row items, causal
   // 64-row items in sections of two pairs.
-  auto tma = [](std::int64_t bm, std::int64_t ug) {
+  std::int64_t epilogue = 1;
+  if (const char* e = std::getenv("FT_TIMELINE_EPILOGUE")) epilogue = std::atoi(e);
+  ASSERT_TRUE(epilogue == 1 || epilogue == 2) << "FT_TIMELINE_EPILOGUE=" << epilogue;
+  auto tma = [&](std::int64_t bm, std::int64_t ug) {
     return core::Config{{{"block_m", bm}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91},
-                         {"unit_group", ug}, {"timeline", 2}}};
+                         {"unit_group", ug}, {"timeline", 2}, {"epilogue", epilogue}}};
   };
   const std::vector<std::pair<core::Config, std::int64_t>> cases{{tma(80, 1), 0}, {tma(64, 2), 1}};
   int n = 0;
