@@ -129,6 +129,16 @@ std::vector<KernelArg> tma_arguments(std::vector<KernelArg> shared, const Shape&
   return shared;
 }
 
+// The tunables only mma 91 reads (its variants 90 and 92 run them at 1): the first one set otherwise, as the line
+// that variant refuses the config with.
+std::optional<std::string> mma91_option_set(const BwdConfig& c, std::int64_t mma) {
+  for (const auto& [name, value] : {std::pair{"min_blocks", c.min_blocks}, std::pair{"unit_group", c.unit_group},
+                                    std::pair{"tail", c.tail}, std::pair{"timeline", c.timeline},
+                                    std::pair{"epilogue", c.epilogue}})
+    if (value != 1) return std::string(name) + " is an mma 91 option; mma " + n(mma) + " takes 1";
+  return std::nullopt;
+}
+
 class FusedWgmma final : public GradVariant {
  public:
   FusedWgmma()
@@ -141,11 +151,7 @@ class FusedWgmma final : public GradVariant {
     if (c.mma != 90 && c.mma != 80)  // 80: a config recorded before the selector (this kernel ran it)
       return "mma must be 90 (wgmma, cp.async) or 91 (TMA, warp-specialized), not " + n(c.mma);
     if (c.dq_order != 1) return "mma 90 adds dQ by atomics in any order: dq_order 2 (deterministic) needs mma 91";
-    if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 90 takes 1";
-    if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 90 takes 1";
-    if (c.tail != 1) return "tail is an mma 91 option; mma 90 takes 1";
-    if (c.timeline != 1) return "timeline is an mma 91 option; mma 90 takes 1";
-    if (c.epilogue != 1) return "epilogue is an mma 91 option; mma 90 takes 1";
+    if (auto why = mma91_option_set(c, 90)) return why;
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c, s), registers(c, s))) return "attn_bwd_fused: " + *why;
     return std::nullopt;
   }
@@ -281,11 +287,7 @@ class FusedSweep final : public GradVariant {
       return "mma 92: a 64-row query tile sees " + n(tiles) + " 64-key tiles under window " + n(s.window) +
              " (seq_k - seq_q " + n(s.seq_k - s.seq_q) + "), more than the " + n(consumers) + " consumer warpgroups";
     if (c.num_stages > consumers) return "mma 92: num_stages must be at most the consumer warpgroups (" + n(consumers) + ")";
-    if (c.min_blocks != 1) return "min_blocks is an mma 91 option; mma 92 takes 1";
-    if (c.unit_group != 1) return "unit_group is an mma 91 option; mma 92 takes 1";
-    if (c.tail != 1) return "tail is an mma 91 option; mma 92 takes 1";
-    if (c.timeline != 1) return "timeline is an mma 91 option; mma 92 takes 1";
-    if (c.epilogue != 1) return "epilogue is an mma 91 option; mma 92 takes 1";
+    if (auto why = mma91_option_set(c, 92)) return why;
     if (auto why = wgmma_problem(c, s, d, smem_bytes(c), 0)) return "mma 92: " + *why;
     return std::nullopt;
   }
