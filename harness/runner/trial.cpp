@@ -1,5 +1,6 @@
-// harness/runner/trial.cpp: one trial (trial.hpp). Outputs are poisoned with NaN before the checked launch,
-// so an element the kernel never writes fails the check.
+// harness/runner/trial.cpp: one trial (trial.hpp). Outputs are poisoned with NaN before the checked launch, the
+// trial's second (the first leaves the workspace as it leaves it for any next launch), so an element the kernel never
+// writes, or one that needs a workspace zeroed only before the first launch, fails the check.
 #include "harness/runner/trial.hpp"
 
 #include <algorithm>
@@ -78,6 +79,10 @@ void launch_and_measure(const TrialSpec& t, const kernels::LaunchShape& shape, c
     if (data.specs[i].role == kernels::BufferRole::workspace) data.buffers[i].fill_bytes(0, stream);
 
   if (g.validate.enabled) {
+    // The checked launch is the second: the first leaves the workspace as any launch leaves it for the next, so a
+    // kernel that needs the zeroed workspace it finds only at a trial's start (or the runtime's first call) fails.
+    if (launch.prepare) launch.prepare(stream);
+    launch.run(stream);
     for (std::size_t i = 0; i < data.specs.size(); ++i)
       if (data.specs[i].role == kernels::BufferRole::output) data.buffers[i].fill_u32(nan_pattern(data.specs[i].dtype), stream);
     if (launch.prepare) launch.prepare(stream);
