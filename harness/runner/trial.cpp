@@ -79,14 +79,14 @@ void launch_and_measure(const TrialSpec& t, const kernels::LaunchShape& shape, c
     if (data.specs[i].role == kernels::BufferRole::workspace) data.buffers[i].fill_bytes(0, stream);
 
   if (g.validate.enabled) {
-    // The checked launch is the second: the first leaves the workspace as any launch leaves it for the next, so a
-    // kernel that needs the zeroed workspace it finds only at a trial's start (or the runtime's first call) fails.
-    if (launch.prepare) launch.prepare(stream);
-    launch.run(stream);
+    const auto launch_once = [&] {
+      if (launch.prepare) launch.prepare(stream);
+      launch.run(stream);
+    };
+    launch_once();  // unchecked: it leaves the workspace as any launch leaves it for the next (file comment)
     for (std::size_t i = 0; i < data.specs.size(); ++i)
       if (data.specs[i].role == kernels::BufferRole::output) data.buffers[i].fill_u32(nan_pattern(data.specs[i].dtype), stream);
-    if (launch.prepare) launch.prepare(stream);
-    launch.run(stream);
+    launch_once();
     const measure::Watchdog unbounded(0);
     (g.watchdog ? *g.watchdog : unbounded).wait([&] { return g.session.stream.query(); }, 1, "the validation launch");
     const core::Validation worst = check_outputs(t, g, stream);

@@ -42,6 +42,7 @@ using namespace flashtune;
 using flashtune::testing::count;
 using flashtune::testing::Launcher;
 using flashtune::testing::draw;
+using flashtune::testing::expect_all_pass;
 using flashtune::testing::fam;
 using flashtune::testing::problem;
 using flashtune::testing::have_gpu;
@@ -49,19 +50,6 @@ using flashtune::testing::quiet_options;
 using flashtune::testing::TempDir;
 
 namespace {
-
-void expect_all_pass(const fs::path& db, std::int64_t min_ok) {
-  db::Store store(db);
-  EXPECT_GE(count(store, "status = 'ok'"), min_ok);
-  // Every status but ok counted, then the first 20 trials that are not ok, wrong results before refusals.
-  const auto statuses = store.sql("SELECT status, COUNT(*) FROM trials WHERE status <> 'ok' GROUP BY status");
-  for (const auto& row : statuses.rows) ADD_FAILURE() << row[1] << " trials " << row[0];
-  const auto bad = store.sql(
-      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
-      "JOIN configs c ON c.id = t.config_id WHERE t.status <> 'ok' ORDER BY t.status = 'invalid_config', t.id LIMIT 20");
-  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
-  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
-}
 
 // Runs experiments/tests/<file> on the GPU into a fresh database: every trial ok, at least min_ok of them.
 void expect_variants_file_passes(const std::string& file, std::int64_t min_ok) {

@@ -22,20 +22,6 @@ namespace fs = std::filesystem;
 using namespace flashtune;
 using namespace flashtune::testing;
 
-namespace {
-
-void expect_all_pass(const fs::path& db, std::int64_t min_ok) {
-  db::Store store(db);
-  EXPECT_GE(count(store, "status = 'ok'"), min_ok);
-  const auto bad = store.sql(
-      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
-      "JOIN configs c ON c.id = t.config_id WHERE t.status <> 'ok' LIMIT 20");
-  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
-  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
-}
-
-}  // namespace
-
 TEST(AttnFwdGpu, EveryVariantDtypeAndHeadDimMatchesTheReference) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   TempDir dir;

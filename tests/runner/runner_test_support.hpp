@@ -71,6 +71,20 @@ inline std::int64_t count(const db::Store& s, const std::string& where) {
   return std::stoll(q.rows.at(0).at(0));
 }
 
+// A variants matrix's database: at least min_ok trials ok, every other trial a failure (each status but ok
+// counted, then the first 20 such trials, wrong results before refusals), no ok trial past its tolerance.
+inline void expect_all_pass(const fs::path& db, std::int64_t min_ok) {
+  db::Store store(db);
+  EXPECT_GE(count(store, "status = 'ok'"), min_ok);
+  const auto statuses = store.sql("SELECT status, COUNT(*) FROM trials WHERE status <> 'ok' GROUP BY status");
+  for (const auto& row : statuses.rows) ADD_FAILURE() << row[1] << " trials " << row[0];
+  const auto bad = store.sql(
+      "SELECT p.key, c.key, t.status, t.reason FROM trials t JOIN problems p ON p.id = t.problem_id "
+      "JOIN configs c ON c.id = t.config_id WHERE t.status <> 'ok' ORDER BY t.status = 'invalid_config', t.id LIMIT 20");
+  for (const auto& row : bad.rows) ADD_FAILURE() << row[0] << " | " << row[1] << ": " << row[2] << ": " << row[3];
+  EXPECT_EQ(count(store, "status = 'ok' AND (max_abs_err > tolerance OR nan_count > 0)"), 0);
+}
+
 // What the runner allocates for a problem: every buffer (with_workspaces false: inputs and outputs only), in
 // whole 32-bit words.
 inline std::int64_t expected_device_bytes(const kernels::KernelFamily& f, const core::Problem& p,
