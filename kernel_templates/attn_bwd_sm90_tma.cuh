@@ -549,8 +549,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 #pragma unroll
       for (int piece = owns_dq ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
-        float dq_own[kPieceRegs <= kBlockM / 2 ? 1 : kPieceRegs];
-        float* dq = kPieceRegs <= kBlockM / 2 ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
+        float dq_own[kPieceRegs <= kBlockM / 2 && kBlockM != 128 ? 1 : kPieceRegs];
+        float* dq = kPieceRegs <= kBlockM / 2 && kBlockM != 128 ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
         if constexpr (kSwapDq)
           ft_bwd_issue_dq_t<T, kBlockM, kBlockN, kSlabDs, kSlabKv>(dq, ds, smem_k + unsigned(chunk * kSlabKv));
         else

@@ -256,7 +256,7 @@ class FusedTma final : public GradVariant {
   // fp32 S^T dies when packed), a dQ^T piece of block_m / 2.
   static std::int64_t registers(const BwdConfig& c, const Shape& s) {
     const std::int64_t hd = s.head_dim, bm = c.block_m;
-    if (bm == 80) return hd + bm + 32;
+    if (bm == 80 || bm == 128) return hd + bm + 32;
     const std::int64_t piece = hd / FtBwdDqSplit::split(int(hd), int(bm), int(c.warpgroups())) / 2;
     return hd + bm / 2 + std::max(bm / 2, piece) + bm / 4 + 32;
   }

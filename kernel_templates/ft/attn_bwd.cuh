@@ -229,7 +229,7 @@ __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float
   ft_wgmma_wait<1>();
   ft_fence_regs<kBlockM / 2>(s);
   ft_bwd_probs_t<kBlockM, kBlockN, kLseLog2>(s, mask, seq_q, m0, n0, key0, cols, scale_log2, t4);
-  if constexpr (kBlockM == 80 && kSeparateDs) {
+  if constexpr ((kBlockM == 80 || kBlockM == 128) && kSeparateDs) {
     cols.load(d_s, t4);
     ft_wgmma_wait<0>();  // dP^T
     ft_fence_regs<kBlockM / 2>(dp);
