@@ -11,6 +11,7 @@
 #   callB  carry [".cache/fa4_1"]: the standings (d64 at block_m 64 and 128, causal and not) beside cuDNN; the GPT-OSS
 #          step beside FlexAttention; GStar stages 8 / 9; the other GPU test binaries
 #   callC  carry [".cache/fa4_2"]: FlashAttention-4 into callB's database, fa4_peer.py's own timing
+#   callD  carry [".gpu"]: the GPT-OSS step, TwoRunsAreBitwiseEqual and attn_fwd_f32_gpu_test again, with longer caps
 # Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,5 +62,20 @@ case "${1:-}" in
        OUT=$r timeout 200 python3 .gpu/peers/fa4_peer.py > "$r/fa4_peer.log" 2>&1; echo "fa4_peer rc=$?" >> "$r/rc.txt"; }
      ck callC); rm -rf "$r"
     ;;
-  *) echo "usage: $0 callA | callB | callC" >&2; exit 2 ;;
+  callD)
+    # carry [".gpu"] (the machine was given back): what callA / callB cut at their caps
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     timeout 240 $bin/flashtune run experiments/attention/gpt_oss_step.yaml --db "$out/go.sqlite" > "$r/gpt_oss.log" 2>&1
+     echo "gpt_oss rc=$?" >> "$r/rc.txt"
+     timeout 60 $bin/flashtune peers experiments/attention/gpt_oss_step.yaml --peers flex --db "$out/go.sqlite" \
+       > "$r/gpt_oss_peers.log" 2>&1; echo "gpt_oss peers rc=$?" >> "$r/rc.txt"
+     $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
+     $bin/flashtune query peers --db "$out/go.sqlite" > "$r/go_peers.txt" 2>&1; cp "$out/go.sqlite" "$r/"; ck callD
+     timeout 90 $bin/attn_bwd_gpu_test --gtest_filter='*TwoRuns*' > "$r/tworuns.log" 2>&1
+     echo "tworuns rc=$?" >> "$r/rc.txt"; ck callD
+     timeout 150 $bin/attn_fwd_f32_gpu_test > "$r/fwd_f32.log" 2>&1; echo "attn_fwd_f32_gpu_test rc=$?" >> "$r/rc.txt"
+     ck callD); rm -rf "$r"
+    ;;
+  *) echo "usage: $0 call0 | callA | callB | callC | callD" >&2; exit 2 ;;
 esac
