@@ -40,6 +40,13 @@
 // (ft_bwd_item_to_ds) and waited for before the first piece, so that the pieces fit the registers beside dK and dV
 // (ptxas C7512 otherwise); the accumulator is in 80-row blocks of dQ^T fragment order.
 //
+// 128-row items (kBlockM 128, head_dim 64; FlashAttention-4's d64 tile): S^T and dP^T are m64n128 chains, dS^T is
+// computed from the fp32 P^T before either is packed and dV is issued after both (ft_bwd_item_to_ds, as at 80 rows),
+// and the two dQ pieces (64-row blocks) take registers of their own instead of S^T's: with S^T's, ptxas serialized
+// every wgmma (C7511; session 24's attempt). Session 49, one H100, two rounds against 64-row items in one call: d64
+// non-causal 0.931, causal 0.945 (cycles 0.887 / 0.921; fewer shared-memory operand bytes and half the per-item
+// costs a row).
+//
 // dQ's order: with kDeterministic off, the adds into a row block land in whatever order the blocks reach it. With
 // it on (bitwise-equal reruns), every piece of the accumulator has a turn counter, and the key blocks add into it
 // in key-block order: a block's writer counts the earlier key blocks that visit the item's query tile
@@ -549,8 +556,10 @@ __global__ void __launch_bounds__((kConsumers + 1) * 128, kMinBlocks)
 #pragma unroll
       for (int piece = owns_dq ? 0 : kDqPieces; piece < kDqPieces; ++piece) {
         const int rb = piece / kDqSplit, chunk = piece % kDqSplit;
-        float dq_own[kPieceRegs <= kBlockM / 2 && kBlockM != 128 ? 1 : kPieceRegs];
-        float* dq = kPieceRegs <= kBlockM / 2 && kBlockM != 128 ? s : dq_own;  // S^T is spent: its registers take the piece when it fits
+        // S^T is spent: its registers take the piece where it fits, but at 128 rows (C7511 with them; see the top)
+        constexpr bool kInS = kPieceRegs <= kBlockM / 2 && kBlockM != 128;
+        float dq_own[kInS ? 1 : kPieceRegs];
+        float* dq = kInS ? s : dq_own;
         if constexpr (kSwapDq)
           ft_bwd_issue_dq_t<T, kBlockM, kBlockN, kSlabDs, kSlabKv>(dq, ds, smem_k + unsigned(chunk * kSlabKv));
         else

@@ -252,8 +252,9 @@ class FusedTma final : public GradVariant {
   // Per consumer thread: dK and dV (head_dim / 2 each), dP^T (block_m / 2), S^T or the dQ piece (whichever is
   // larger), the A fragments (block_m / 4), ~32 others (session 22, NVRTC 13.0: at 248 by this count, head_dim 64
   // with 128-row items and one consumer warpgroup spilled 80-120 bytes; two warpgroups at head_dim 128, 240 by it,
-  // spill 20-32 under their 240 cap). block_m 80: dS^T from P^T's packed fragments, which take S^T's place (the
-  // fp32 S^T dies when packed), a dQ^T piece of block_m / 2.
+  // spill 20-32 under their 240 cap). block_m 80 and 128: P^T and dS^T packed together after dS^T's math (the fp32
+  // S^T and dP^T die as they are packed), a dQ piece of at most block_m / 2 (session 49: 128 rows at head_dim 64, 224
+  // by this count, compile without C751x and spill 16-60 bytes).
   static std::int64_t registers(const BwdConfig& c, const Shape& s) {
     const std::int64_t hd = s.head_dim, bm = c.block_m;
     if (bm == 80 || bm == 128) return hd + bm + 32;

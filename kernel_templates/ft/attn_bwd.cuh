@@ -200,11 +200,12 @@ __device__ __forceinline__ void ft_bwd_store_dkdv(T* dk, T* dv, const float* dk_
 // kSeparateDs off: dV completes, and af then holds dS^T as the T A fragments of dK += dS^T Q (af_ds unused).
 // kSeparateDs on: af_ds takes dS^T and af keeps P^T, so dV is left running (its wgmma group is the caller's to
 // wait for, with dv_acc fenced after it); kBlockM / 4 more registers.
-// On return s holds P^T and dp dS^T (fp32). kSeparateDs at block_m 80: dS^T is computed from the fp32 P^T before
+// On return s holds P^T and dp dS^T (fp32). kSeparateDs at block_m 80 and 128: dS^T is computed from the fp32 P^T before
 // either is packed and dV is issued after both (with dV issued first, its fragments, the fp32 P^T and dP^T did not fit
 // the registers beside dK and dV: ptxas serialized every wgmma, C7512). Session 44 also took dS^T from P^T's packed
 // fragments, dV issued first: ~5 % more instructions (the unpacking), and this order ran at 0.994 of it (one H200,
-// three rounds: at par), with dS^T's arithmetic as at 64 rows.
+// three rounds: at par), with dS^T's arithmetic as at 64 rows. At 128 rows (head_dim 64, session 49) the 64-row
+// order (P^T packed and dV issued before dS^T) did not fit either (C7511).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, bool kSeparateDs = false, bool kColsAhead = false,
           bool kLseLog2 = false, bool kCausal, bool kWindow>
 __device__ __forceinline__ void ft_bwd_item_to_ds(float (&s)[kBlockM / 2], float (&dp)[kBlockM / 2],
