@@ -12,6 +12,7 @@
 #          step beside FlexAttention; GStar stages 8 / 9; the other GPU test binaries
 #   callC  carry [".cache/fa4_2"]: FlashAttention-4 into callB's database, fa4_peer.py's own timing
 #   callD  carry [".gpu"]: the GPT-OSS step, TwoRunsAreBitwiseEqual and attn_fwd_f32_gpu_test again, with longer caps
+#   callE  carry [".gpu"] (repacked, see callE): unit_group, tail and dq_order at the 128-row d64 tile
 # Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -77,5 +78,18 @@ case "${1:-}" in
      timeout 150 $bin/attn_fwd_f32_gpu_test > "$r/fwd_f32.log" 2>&1; echo "attn_fwd_f32_gpu_test rc=$?" >> "$r/rc.txt"
      ck callD); rm -rf "$r"
     ;;
-  *) echo "usage: $0 call0 | callA | callB | callC | callD" >&2; exit 2 ;;
+  callE)
+    # carry [".gpu"] (repacked: attn_bwd_gpu_test, .gpu/y/d64ug.yaml and d64det.yaml, their caches): at block_m 128,
+    # d64 non-causal and causal, the block order's sections, the split tail, and deterministic dQ's cost (tail 1)
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh; timeout 60 $bin/attn_bwd_gpu_test --gtest_filter='*PlantedMaskBugsAreCaught*' > "$r/planted.log" 2>&1
+     echo "planted rc=$?" >> "$r/rc.txt")
+    for ab in "ug unit_group=1,2,4 d64ug" "tail tail=1,2 d64ug" "det dq_order=1,2 d64det"; do
+      set -- $ab; mkdir -p "$r/$1"
+      ROUNDS=2 FT_GPU_WORK=$out/$1 FT_GPU_CACHE=$out/cache OUT=$r/$1 timeout 150 bash tools/gpu_ab.sh --vary "$2" \
+        .gpu/y/$3.yaml kernel_templates > "$r/$1/table.txt" 2>&1
+      echo "ab $2 rc=$?" >> "$r/rc.txt"; ck callE
+    done; rm -rf "$r"
+    ;;
+  *) echo "usage: $0 call0 | callA | callB | callC | callD | callE" >&2; exit 2 ;;
 esac
