@@ -18,6 +18,15 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ck() { tar czf "$OUT/.c.tgz" -C "$OUT" r && mv "$OUT/.c.tgz" "$OUT/$1.tgz"; }
 out=/tmp/w; mkdir -p "$out" "$OUT/r"; r=$OUT/r
+# The GPT-OSS step (its run capped at $1 seconds) beside FlexAttention into $out/go.sqlite (a rerun skips what is recorded).
+gpt_oss() {
+  timeout "$1" $bin/flashtune run experiments/attention/gpt_oss_step.yaml --db "$out/go.sqlite" > "$r/gpt_oss.log" 2>&1
+  echo "gpt_oss rc=$?" >> "$r/rc.txt"
+  timeout 60 $bin/flashtune peers experiments/attention/gpt_oss_step.yaml --peers flex --db "$out/go.sqlite" \
+    > "$r/gpt_oss_peers.log" 2>&1; echo "gpt_oss peers rc=$?" >> "$r/rc.txt"
+  $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
+  $bin/flashtune query peers --db "$out/go.sqlite" > "$r/go_peers.txt" 2>&1; cp "$out/go.sqlite" "$r/"
+}
 case "${1:-}" in
   call0) ls .cache/gc1 | wc -l; rm -rf "$r" ;;
   callA)
@@ -40,12 +49,7 @@ case "${1:-}" in
      timeout 80 $bin/flashtune peers .gpu/y/standings.yaml --peers sdpa_cudnn --db "$out/st.sqlite" > "$r/peers.log" 2>&1
      echo "peers rc=$?" >> "$r/rc.txt"
      $bin/flashtune query peers --db "$out/st.sqlite" > "$r/query_peers.txt" 2>&1; cp "$out/st.sqlite" "$r/"; ck callB
-     timeout 90 $bin/flashtune run experiments/attention/gpt_oss_step.yaml --db "$out/go.sqlite" > "$r/gpt_oss.log" 2>&1
-     echo "gpt_oss rc=$?" >> "$r/rc.txt"
-     timeout 60 $bin/flashtune peers experiments/attention/gpt_oss_step.yaml --peers flex --db "$out/go.sqlite" \
-       > "$r/gpt_oss_peers.log" 2>&1; echo "gpt_oss peers rc=$?" >> "$r/rc.txt"
-     $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
-     $bin/flashtune query peers --db "$out/go.sqlite" > "$r/go_peers.txt" 2>&1; cp "$out/go.sqlite" "$r/"; ck callB
+     gpt_oss 90; ck callB
      timeout 70 $bin/flashtune run .gpu/y/gstar.yaml --db "$out/gs.sqlite" > "$r/gstar.log" 2>&1
      echo "gstar rc=$?" >> "$r/rc.txt"
      $bin/flashtune query backward --db "$out/gs.sqlite" > "$r/gs_backward.txt" 2>&1; cp "$out/gs.sqlite" "$r/"; ck callB
@@ -67,12 +71,7 @@ case "${1:-}" in
     # carry [".gpu"] (the machine was given back): what callA / callB cut at their caps
     nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
     (source tools/gpu_env.sh
-     timeout 240 $bin/flashtune run experiments/attention/gpt_oss_step.yaml --db "$out/go.sqlite" > "$r/gpt_oss.log" 2>&1
-     echo "gpt_oss rc=$?" >> "$r/rc.txt"
-     timeout 60 $bin/flashtune peers experiments/attention/gpt_oss_step.yaml --peers flex --db "$out/go.sqlite" \
-       > "$r/gpt_oss_peers.log" 2>&1; echo "gpt_oss peers rc=$?" >> "$r/rc.txt"
-     $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
-     $bin/flashtune query peers --db "$out/go.sqlite" > "$r/go_peers.txt" 2>&1; cp "$out/go.sqlite" "$r/"; ck callD
+     gpt_oss 240; ck callD
      timeout 90 $bin/attn_bwd_gpu_test --gtest_filter='*TwoRuns*' > "$r/tworuns.log" 2>&1
      echo "tworuns rc=$?" >> "$r/rc.txt"; ck callD
      timeout 150 $bin/attn_fwd_f32_gpu_test > "$r/fwd_f32.log" 2>&1; echo "attn_fwd_f32_gpu_test rc=$?" >> "$r/rc.txt"
