@@ -12,7 +12,8 @@
 #          step beside FlexAttention; GStar stages 8 / 9; the other GPU test binaries
 #   callC  carry [".cache/fa4_2"]: FlashAttention-4 into callB's database, fa4_peer.py's own timing
 #   callD  carry [".gpu"]: the GPT-OSS step, TwoRunsAreBitwiseEqual and attn_fwd_f32_gpu_test again, with longer caps
-#   callE  carry [".gpu"] (repacked, see callE): unit_group, tail and dq_order at the 128-row d64 tile
+#   callE  carry [".gpu"] (repacked, see callE): unit_group, tail and dq_order at the 128-row d64 tile (not run: no machine)
+#   callF  carry [".gpu"]: callE cut to the device time left (the planted-bug test, dq_order 1 against 2)
 # Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -90,5 +91,14 @@ case "${1:-}" in
       echo "ab $2 rc=$?" >> "$r/rc.txt"; ck callE
     done; rm -rf "$r"
     ;;
-  *) echo "usage: $0 call0 | callA | callB | callC | callD | callE" >&2; exit 2 ;;
+  callF)
+    # callE cut down to the device time left (carry [".gpu"] as for callE): the planted-bug test and deterministic dQ's cost
+    (source tools/gpu_env.sh; timeout 40 $bin/attn_bwd_gpu_test --gtest_filter='*PlantedMaskBugsAreCaught*' > "$r/planted.log" 2>&1
+     echo "planted rc=$?" >> "$r/rc.txt"; ck callF)
+    mkdir -p "$r/det"
+    ROUNDS=2 FT_GPU_WORK=$out/det FT_GPU_CACHE=$out/cache OUT=$r/det timeout 100 bash tools/gpu_ab.sh --vary dq_order=1,2 \
+      .gpu/y/d64det.yaml kernel_templates > "$r/det/table.txt" 2>&1
+    echo "ab dq_order rc=$?" >> "$r/rc.txt"; ck callF; rm -rf "$r"
+    ;;
+  *) echo "usage: $0 call0 | callA | callB | callC | callD | callE | callF" >&2; exit 2 ;;
 esac
