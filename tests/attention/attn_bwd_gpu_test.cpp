@@ -81,6 +81,9 @@ const core::Config kFusedTmaDet{
 // The same with 80-row items (head_dim 128: dQ^T pieces, turns per 80-row accumulator block).
 const core::Config kFusedTmaDet80{
     {{"block_m", 80}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91}, {"dq_order", 2}}};
+// The same with 128-row items (head_dim 64: two 64-row dQ pieces an item, each its own turn; epilogue 2).
+const core::Config kFusedTmaDet128{{{"block_m", 128}, {"block_n", 128}, {"num_warps", 8}, {"num_stages", 2}, {"mma", 91},
+                                    {"dq_order", 2}, {"epilogue", 2}}};
 // The windowed sweep (mma 92: causal windows at head_dim 64, three consumer warpgroups, one key tile each).
 const core::Config kFusedSweep{{{"block_m", 64}, {"block_n", 192}, {"num_warps", 12}, {"num_stages", 2}, {"mma", 92}}};
 const core::Config kFwd{{{"block_m", 64}, {"block_n", 64}, {"num_warps", 4}, {"num_stages", 2}}};
@@ -151,7 +154,8 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
   Launcher gpu;
   for (std::int64_t dt = 0; dt < 3; ++dt) {  // bf16, fp32 exact, fp32 TF32
     for (const char* name : {"attn_bwd_dkdv", "attn_bwd_dkdv_split", "attn_bwd_dkdv_items", "attn_bwd_dkdv_wgmma", "attn_bwd_dq",
-                             "attn_bwd_dq_delta", "attn_bwd_dsink", "attn_bwd_fused_det", "attn_bwd_fused_det80"}) {
+                             "attn_bwd_dq_delta", "attn_bwd_dsink", "attn_bwd_fused_det", "attn_bwd_fused_det80",
+                             "attn_bwd_fused_det128"}) {
       const std::string n = name;
       const bool det80 = n == "attn_bwd_fused_det80";
       const auto p = problem({{"batch", 2}, {"heads_q", 8}, {"heads_kv", 2}, {"seq_q", 777}, {"seq_k", 777}, {"head_dim", det80 ? 128 : 64},
@@ -171,6 +175,7 @@ TEST(AttnBwdGpu, TwoRunsAreBitwiseEqual) {
                               : n == "attn_bwd_dkdv_items" ? kDkdvItems
                               : n == "attn_bwd_fused_det" ? kFusedTmaDet
                               : det80                       ? kFusedTmaDet80
+                              : n == "attn_bwd_fused_det128" ? kFusedTmaDet128
                                                            : kDkdvSplit;
       auto a = draw(f, p, 42), b = a;
       gpu.run(f, c, p, a);
@@ -337,8 +342,11 @@ TEST(AttnBwdGpu, EndToEndFromTheRealForwardMatchesTheReferenceBackward) {
       const bool sweep = !fam("attn_bwd_fused").can_run(kFusedSweep, p, gpu.info().limits);
       if (sweep) gpu.run(fam("attn_bwd_fused"), kFusedSweep, p, fused_sweep);
       if (sweep) gpu.run(fam("attn_bwd_fused"), kFusedSweep, p, fused_sweep2);
-      for (int i : {kernels::attn_bwd::kFusedDq, kernels::attn_bwd::kFusedDk, kernels::attn_bwd::kFusedDv})
-        if (sweep) EXPECT_EQ(fused_sweep[i].values, fused_sweep2[i].values) << what << " mma 92 output " << i << " differs between two runs";
+      for (int i : {kernels::attn_bwd::kFusedDq, kernels::attn_bwd::kFusedDk, kernels::attn_bwd::kFusedDv}) {
+        if (sweep) {
+          EXPECT_EQ(fused_sweep[i].values, fused_sweep2[i].values) << what << " mma 92 output " << i << " differs between two runs";
+        }
+      }
       // The sweep with D inline (attn_bwd_fused_delta: O in D's place, D out after the workspace).
       std::vector<kernels::HostTensor> fdelta{{dt, q, {}}, {dt, k, {}}, {dt, v, {}}, {dt, dout, {}}, {core::DType::f32, lse, {}},
                                               {dt, ft[kernels::attn::kO].values, {}}, {dt, {}, {}}, {dt, {}, {}}, {dt, {}, {}},
