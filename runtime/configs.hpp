@@ -22,6 +22,11 @@ struct Entry {
   double median_ms = 0;   ///< [ms] its median on `problem` and `gpu`
   std::size_t index = 0;  ///< position in the file (ties go to the earlier entry)
   bool builtin = false;   ///< one of the runtime's untuned fallbacks (add_builtin_fallbacks), not from the file
+  /// Built-in fallbacks only: 0 = kernels for sm_90a (wgmma, TMA; can_run refuses them elsewhere) and the stages any
+  /// GPU runs, 1 = the portable mma.sync kernels (sm_80 and newer); lower is tried first. Their `problem.dims` are
+  /// requirements, not a point to measure distance from: a built-in entry is a candidate only for problems with
+  /// those values (e.g. head_dim 128, causal 0).
+  int builtin_rank = 0;
 };
 
 /// An entry ranked for a query problem.
@@ -41,12 +46,15 @@ class ConfigTable {
   static ConfigTable load(const std::filesystem::path& path);
 
   const std::vector<Entry>& entries() const { return m_entries; }
-  /// Appends the runtime's untuned fallback configs (valid on sm_80 and newer for head_dim 16-128 where can_run
-  /// allows): the last resort for a shape no tuned entry can run, ranked after every entry of the file.
+  /// Appends the runtime's untuned fallback configs: the last resort for a shape no tuned entry can run, ranked after
+  /// every entry of the file. First the sm_90a ones (the TMA forward and the fused wgmma backward at the configs
+  /// tuned for the dense bf16 shapes, head_dim 64 and 128, f16 / bf16), then the portable mma.sync ones (sm_80 and
+  /// newer, head_dim 16-128 where can_run allows).
   void add_builtin_fallbacks();
   /// The entries of `family` with the problem's dtype, best first: the file's before the built-in fallbacks, those
   /// of `gpu` ("" = any GPU counts as the same) before the rest, each group by distance to `problem`, ties in file
-  /// order. Empty: no such entry.
+  /// order; the built-in fallbacks whose required dims `problem` has, by builtin_rank, ties in the order added.
+  /// Empty: no such entry.
   std::vector<Candidate> rank(const std::string& family, const core::Problem& problem, const std::string& gpu) const;
 
   /// The rule's distance between two problems' dims (dtype apart).

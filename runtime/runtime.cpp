@@ -182,7 +182,9 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
   } else {
     // The fastest complete way: entries of this GPU first, then the nearest tuned problems (the farthest stage of a way
     // counts), then the summed medians.
-    using Score = std::tuple<bool, bool, double, double>;  // built-in fallback used, another GPU's, distance, ms
+    // Built-in fallback used, the highest builtin_rank used (sm_90a kernels before mma.sync ones), another GPU's,
+    // distance, ms.
+    using Score = std::tuple<bool, int, bool, double, double>;
     std::optional<Score> best;
     std::string whys, best_text;
     auto way_name = [](const std::vector<std::string>& way) {
@@ -193,7 +195,7 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
     for (auto way : kernels::attn_bwd::ways()) {
       if (sinks) way.push_back(kernels::attn_bwd::kDsinkStage);
       std::vector<Stage> stages;
-      Score score{false, false, 0.0, 0.0};
+      Score score{false, 0, false, 0.0, 0.0};
       for (const auto& name : way) {
         std::string why;
         auto s = pick(name, why);
@@ -204,14 +206,15 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
           break;
         }
         std::get<0>(score) = std::get<0>(score) || s->pick.entry->builtin;
-        std::get<1>(score) = std::get<1>(score) || !s->pick.same_gpu;
-        std::get<2>(score) = std::max(std::get<2>(score), s->pick.distance);
-        std::get<3>(score) += s->pick.entry->median_ms;
+        if (s->pick.entry->builtin) std::get<1>(score) = std::max(std::get<1>(score), s->pick.entry->builtin_rank);
+        std::get<2>(score) = std::get<2>(score) || !s->pick.same_gpu;
+        std::get<3>(score) = std::max(std::get<3>(score), s->pick.distance);
+        std::get<4>(score) += s->pick.entry->median_ms;
         stages.push_back(std::move(*s));
       }
       if (stages.empty()) continue;
-      const std::string taken = way_name(way) + ": " + std::to_string(std::get<3>(score)) + " ms summed at distance " +
-                                std::to_string(std::get<2>(score)) + (std::get<1>(score) ? " (another GPU's entries)" : "") +
+      const std::string taken = way_name(way) + ": " + std::to_string(std::get<4>(score)) + " ms summed at distance " +
+                                std::to_string(std::get<3>(score)) + (std::get<2>(score) ? " (another GPU's entries)" : "") +
                                 (std::get<0>(score) ? " (built-in untuned fallbacks)" : "");
       if (!best || score < *best) {
         if (best) plan->passed_over.push_back(best_text);

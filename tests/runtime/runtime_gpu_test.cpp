@@ -162,18 +162,27 @@ TEST_F(RuntimeGpu, EveryShapeKindPassesTheReference) {
 }
 
 TEST_F(RuntimeGpu, BuiltInFallbacksAlonePassTheReference) {
-  // An empty export: every stage runs the runtime's untuned fallbacks (head_dim 128's dK / dV included).
+  // An empty export: every stage runs the runtime's untuned fallbacks (head_dim 128's dK / dV included): on sm_90a the
+  // TMA forward and the fused wgmma backward for f16 / bf16 at head_dim 64 and 128, else the mma.sync kernels.
   ft_runtime* rt = testing::make_runtime(testing::edited_configs("empty_gpu.json", [](nlohmann::json&) { return false; }));
   ASSERT_NE(rt, nullptr);
   using testing::shape;
   const std::vector<ft_attn_shape> shapes = {shape(1, 8, 2, 256, 256, 64, FT_BF16, 1, 128, 0, 1),
                                              shape(1, 4, 4, 192, 192, 128, FT_BF16, 1),
+                                             shape(1, 4, 2, 200, 333, 128, FT_F16, 0),
                                              shape(1, 4, 1, 200, 333, 16, FT_F16, 1),
                                              shape(1, 2, 2, 130, 130, 128, FT_F32, 0)};
+  const bool hopper = cuda::query_device(0).arch == "sm_90a";
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     SCOPED_TRACE(problem_of(shapes[i]).key());
     const auto e = check_step(rt, shapes[i], 900 + 10 * i);
     for (const auto& st : e["stages"]) EXPECT_EQ(st["untuned"], true) << e;
+    const bool wgmma = hopper && shapes[i].dtype != FT_F32 && shapes[i].head_dim >= 64;
+    EXPECT_EQ(e["way"][1] == "attn_bwd_fused", wgmma) << e;
+  }
+  {  // a second step of a shape on the runtime's workspace (the persistent forward's counters, dQ's accumulator)
+    SCOPED_TRACE("second step");
+    check_step(rt, shapes[1], 990);
   }
   ft_runtime_destroy(rt);
 }

@@ -229,6 +229,51 @@ TEST(RuntimeCApi, TheFastestCompleteWayWins) {
   ft_runtime_destroy(rt);
 }
 
+TEST(RuntimeCApi, BuiltInFallbacksAreTheHopperKernelsOnSm90aAndMmaSyncElsewhere) {
+  // An empty file: on sm_90a the f16 / bf16 head_dim 64 and 128 shapes get the TMA forward (mma 91) and the fused
+  // wgmma backward at the configs tuned for each (head_dim 128: 80-row items non-causal, 64-row causal; head_dim 64:
+  // 128-row items), and their kernels compile; on sm_80 (and for the shapes those kernels do not take) the mma.sync
+  // ones. Every stage says it is untuned.
+  const auto empty = testing::edited_configs("empty_hopper.json", [](nlohmann::json&) { return false; });
+  ft_runtime* rt = make_runtime(empty);
+  ASSERT_NE(rt, nullptr);
+  auto has = [](const nlohmann::json& stage, const std::string& item) {
+    return ("," + stage["config"].get<std::string>() + ",").find("," + item) != std::string::npos;
+  };
+  struct Case {
+    ft_attn_shape s;
+    std::int64_t fused_block_m;  // 0: no Hopper fallback takes it
+  };
+  for (const auto& [s, bm] : {Case{shape(2, 8, 8, 1024, 1024, 128, FT_BF16, 0), 80},
+                             Case{shape(1, 8, 2, 1000, 1000, 128, FT_F16, 1), 64},
+                             Case{shape(1, 8, 2, 512, 700, 64, FT_BF16, 1, 128, 0, 1), 128},
+                             Case{shape(1, 4, 1, 200, 333, 16, FT_F16, 1), 0}, Case{shape(1, 4, 2, 130, 130, 64, FT_F32, 0), 0}}) {
+    SCOPED_TRACE(bm);
+    const auto b = explain(rt, s, true, "sm_90a");
+    const auto f = explain(rt, s, false, "sm_90a");
+    ASSERT_FALSE(b["stages"].empty()) << b;
+    for (const auto& j : {b, f})
+      for (const auto& st : j["stages"]) {
+        EXPECT_EQ(st["untuned"], true) << j;
+        EXPECT_EQ(st["compile"]["ok"], true) << st;
+      }
+    if (bm) {
+      EXPECT_EQ(b["way"][0], "attn_bwd_preprocess") << b;
+      EXPECT_EQ(b["way"][1], "attn_bwd_fused") << b;
+      EXPECT_TRUE(has(b["stages"][1], "mma=91") && has(b["stages"][1], "block_m=" + std::to_string(bm) + ",")) << b;
+      EXPECT_TRUE(has(f["stages"][0], "mma=91") && has(f["stages"][0], s.head_dim == 64 ? "block_m=192," : "block_m=128,")) << f;
+    } else {
+      EXPECT_EQ(b["way"][1], "attn_bwd_dkdv") << b;
+      EXPECT_TRUE(has(f["stages"][0], "mma=80")) << f;
+    }
+    if (!bm) continue;
+    const auto b80 = explain(rt, s, true, "sm_80");
+    EXPECT_EQ(b80["way"][1], "attn_bwd_dkdv") << b80;
+    EXPECT_TRUE(has(explain(rt, s, false, "sm_80")["stages"][0], "mma=80"));
+  }
+  ft_runtime_destroy(rt);
+}
+
 TEST(RuntimeCApi, BadShapesAndBuffersAreStatusesWithMessages) {
   ft_runtime* rt = make_runtime(testing::runtime_configs());
   ASSERT_NE(rt, nullptr);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# docs/branches/h-50-calls.sh: session 50's device calls (issue 21). Prepared here:
+# FT_PACK_TESTS="attn_bwd_gpu_test runtime_gpu_test" tools/gpu_pack.sh; .gpu/y/{d64r,d64ug,d64det}.yaml; .gpu/tB = kernel_templates
+# with docs/branches/h-49-ranges128.patch applied; caches precompiled into .gpu/cache (`flashtune run Y
+# --compile-only --arch sm_90a --cache .gpu/cache --templates DIR` for each yaml and folder run below).
+#   callA  carry [".gpu"]: what session 49 left unrun: PlantedMaskBugsAreCaught and TwoRunsAreBitwiseEqual (with the
+#          128-row deterministic rerun); h-49-ranges128 A/B (d64 b2 h32 8k, block_m 128, 3 rounds); unit_group, tail
+#          and dq_order at the 128-row d64 tile (2 rounds each); runtime_gpu_test (the sm_90a built-in fallbacks)
+# Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ck() { tar czf "$OUT/.c.tgz" -C "$OUT" r && mv "$OUT/.c.tgz" "$OUT/$1.tgz"; }
+out=/tmp/w; mkdir -p "$out" "$OUT/r"; r=$OUT/r
+ab() {  # ab NAME TIMEOUT ROUNDS ARGS...: one gpu_ab.sh run into $r/NAME
+  local n=$1 t=$2 k=$3; shift 3; mkdir -p "$r/$n"
+  ROUNDS=$k FT_GPU_WORK=$out/$n OUT=$r/$n timeout "$t" bash tools/gpu_ab.sh "$@" > "$r/$n/table.txt" 2>&1
+  echo "ab $n rc=$?" >> "$r/rc.txt"
+}
+case "${1:-}" in
+  callA)
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     timeout 150 $bin/attn_bwd_gpu_test --gtest_filter='*PlantedMaskBugsAreCaught*:*TwoRuns*' > "$r/tests.log" 2>&1
+     echo "bwd tests rc=$?" >> "$r/rc.txt"); ck callA
+    ab ranges 170 3 .gpu/y/d64r.yaml kernel_templates .gpu/tB; ck callA
+    ab ug 80 2 --vary unit_group=1,2,4 .gpu/y/d64ug.yaml kernel_templates; ck callA
+    ab det 50 2 --vary dq_order=1,2 .gpu/y/d64det.yaml kernel_templates; ck callA
+    (source tools/gpu_env.sh; timeout 90 $bin/runtime_gpu_test > "$r/runtime.log" 2>&1; echo "runtime rc=$?" >> "$r/rc.txt")
+    ck callA; ab tail 50 2 --vary tail=1,2 .gpu/y/d64ug.yaml kernel_templates; ck callA; rm -rf "$r"
+    ;;
+  *) echo "usage: $0 callA" >&2; exit 2 ;;
+esac
