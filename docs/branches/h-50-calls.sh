@@ -3,9 +3,11 @@
 # FT_PACK_TESTS="attn_bwd_gpu_test runtime_gpu_test" tools/gpu_pack.sh; .gpu/y/{d64r,d64ug,d64det}.yaml; .gpu/tB = kernel_templates
 # with docs/branches/h-49-ranges128.patch applied; caches precompiled into .gpu/cache (`flashtune run Y
 # --compile-only --arch sm_90a --cache .gpu/cache --templates DIR` for each yaml and folder run below).
-#   callA  carry [".gpu"]: what session 49 left unrun: PlantedMaskBugsAreCaught and TwoRunsAreBitwiseEqual (with the
+#   callA  carry [".gpu", ".cache/fa4_1"]: what session 49 left unrun: PlantedMaskBugsAreCaught and TwoRunsAreBitwiseEqual (with the
 #          128-row deterministic rerun); h-49-ranges128 A/B (d64 b2 h32 8k, block_m 128, 3 rounds); unit_group, tail
 #          and dq_order at the 128-row d64 tile (2 rounds each); runtime_gpu_test (the sm_90a built-in fallbacks)
+#   callB  carry [".cache/fa4_2"]: the torch tests over an empty export (the built-in fallbacks); the standings beside
+#          cuDNN and FlashAttention-4; the GPT-OSS step
 # Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,5 +30,28 @@ case "${1:-}" in
     (source tools/gpu_env.sh; timeout 90 $bin/runtime_gpu_test > "$r/runtime.log" 2>&1; echo "runtime rc=$?" >> "$r/rc.txt")
     ck callA; ab tail 50 2 --vary tail=1,2 .gpu/y/d64ug.yaml kernel_templates; ck callA; rm -rf "$r"
     ;;
-  *) echo "usage: $0 callA" >&2; exit 2 ;;
+  callB)
+    # carry [".cache/fa4_2"] right after callA (carry [".gpu", ".cache/fa4_1"]) on the warm machine
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     # the torch tests over an empty export: every stage a built-in fallback (sm_90a: the TMA forward, fused backward)
+     (cd python && FLASHTUNE_NO_FASTPATH=1 FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
+       FLASHTUNE_CONFIGS="$OLDPWD/.gpu/y/empty.json" PYTHONPATH="$OLDPWD/python" \
+       timeout 150 python3 -m unittest -v tests.test_torch_gpu) > "$r/torch_empty.log" 2>&1
+     echo "torch empty rc=$?" >> "$r/rc.txt"; ck callB
+     y=experiments/tests/attn_bwd_standings.yaml
+     timeout 110 $bin/flashtune run $y --db "$out/st.sqlite" > "$r/standings.log" 2>&1; echo "standings rc=$?" >> "$r/rc.txt"
+     timeout 70 $bin/flashtune peers $y --peers sdpa_cudnn --db "$out/st.sqlite" > "$r/peers.log" 2>&1
+     echo "peers rc=$?" >> "$r/rc.txt"
+     $bin/flashtune query peers --db "$out/st.sqlite" > "$r/query_peers.txt" 2>&1; cp "$out/st.sqlite" "$r/"; ck callB
+     source tools/fa4_unpack.sh && {
+       timeout 140 $bin/flashtune peers $y --peers fa4 --db "$out/st.sqlite" > "$r/peers_fa4.log" 2>&1
+       echo "fa4 peers rc=$?" >> "$r/rc.txt"
+       $bin/flashtune query peers --db "$out/st.sqlite" > "$r/query_peers.txt" 2>&1; cp "$out/st.sqlite" "$r/"; }
+     ck callB
+     timeout 90 $bin/flashtune run experiments/attention/gpt_oss_step.yaml --db "$out/go.sqlite" > "$r/gpt_oss.log" 2>&1
+     echo "gpt_oss rc=$?" >> "$r/rc.txt"; $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
+     ck callB); rm -rf "$r"
+    ;;
+  *) echo "usage: $0 callA | callB" >&2; exit 2 ;;
 esac
