@@ -13,6 +13,7 @@
 #include "db/store.hpp"
 #include "harness/cli/export.hpp"
 #include "harness/cli/results.hpp"
+#include "tuner/constraint.hpp"
 
 namespace flashtune::runtime {
 
@@ -97,26 +98,30 @@ ConfigTable ConfigTable::load(const std::filesystem::path& path) {
 void ConfigTable::add_builtin_fallbacks() {
   // Configs checked on an H100; can_run and the family's constraints still decide per shape.
   // Rank 0, sm_90a (can_run refuses them elsewhere): the configs tuned for the dense bf16 shapes at seq 8192
-  // (experiments/tests/attn_bwd_standings.yaml, attn_fwd_tma_bench.yaml; docs/NOTES.md sessions 21, 44, 49), each for
-  // the dims it names. Rank 1, sm_80 and newer: mma.sync kernels (tests/runtime, docs/NOTES.md session 25).
+  // (experiments/tests/attn_bwd_standings.yaml, attn_fwd_tma_bench.yaml; docs/NOTES.md sessions 21, 44, 49) and for
+  // the GPT-OSS shape (experiments/attention/gpt_oss_step.yaml: causal window, head_dim 64), each where its `when`
+  // holds. Rank 1, sm_80 and newer: mma.sync kernels (tests/runtime, docs/NOTES.md session 25).
   struct Fallback {
     const char* family;
     const char* config;
     std::vector<core::DType> dtypes;
     int rank;
-    const char* requires_dims;  // "" or "name=value,..."
+    const char* when;
   };
   using core::DType;
   const std::vector<DType> all = {DType::f16, DType::bf16, DType::f32}, half = {DType::f16, DType::bf16};
-  constexpr const char* kFwd90 = "block_n=128,epilogue=2,exp_poly=1,min_blocks=1,mma=91,mma_pipe=2,mma_sched=1,"
-                                 "num_stages=2,pack_heads=1,persistent=3,rescale=2,";
+  constexpr const char* kFwd90 = "epilogue=2,exp_poly=1,mma=91,mma_pipe=2,mma_sched=1,num_stages=2,persistent=3,rescale=2,";
   constexpr const char* kFused = "block_n=128,dq_order=1,epilogue=2,min_blocks=1,mma=91,num_stages=2,num_warps=8,tail=2,";
   const std::vector<Fallback> fallbacks = {
-      {"attn_fwd", "block_m=128,num_warps=8", half, 0, "head_dim=128"},
-      {"attn_fwd", "block_m=192,num_warps=12", half, 0, "head_dim=64"},
-      {"attn_bwd_fused", "block_m=80,unit_group=1", half, 0, "head_dim=128,causal=0"},
-      {"attn_bwd_fused", "block_m=64,unit_group=2", half, 0, "head_dim=128,causal=1"},
-      {"attn_bwd_fused", "block_m=128,unit_group=2", half, 0, "head_dim=64"},
+      {"attn_fwd", "block_m=128,block_n=128,min_blocks=1,num_warps=8,pack_heads=1", half, 0, "head_dim == 128 && window == 0"},
+      {"attn_fwd", "block_m=192,block_n=128,min_blocks=1,num_warps=12,pack_heads=1", half, 0, "head_dim == 64 && window == 0"},
+      {"attn_fwd", "block_m=64,block_n=32,min_blocks=4,num_warps=4,pack_heads=4", half, 0, "head_dim == 64 && window > 0"},
+      {"attn_bwd_fused", "block_m=80,unit_group=1", half, 0, "head_dim == 128 && causal == 0 && window == 0"},
+      {"attn_bwd_fused", "block_m=64,unit_group=2", half, 0, "head_dim == 128 && causal == 1 && window == 0"},
+      {"attn_bwd_fused", "block_m=128,unit_group=2", half, 0, "head_dim == 64 && window == 0"},
+      // the windowed sweep (mma 92: causal sliding windows at head_dim 64, D in the same pass)
+      {"attn_bwd_fused_delta", "block_m=64,block_n=192,dq_order=1,min_blocks=1,mma=92,num_stages=2,num_warps=12,unit_group=1",
+       half, 0, "head_dim == 64 && causal == 1 && window > 0"},
       {"attn_fwd", "block_m=64,block_n=64,epilogue=1,exp_poly=1,min_blocks=1,mma=80,mma_pipe=1,mma_sched=1,"
                    "num_stages=2,num_warps=4,pack_heads=1,persistent=1,rescale=1", all, 1, ""},
       {"attn_bwd_preprocess", "block_m=128,num_warps=4", all, 0, ""},
@@ -126,15 +131,6 @@ void ConfigTable::add_builtin_fallbacks() {
       {"attn_bwd_dq", "block_m=64,block_n=64,min_blocks=1,num_stages=2,num_warps=4,pack_heads=1", all, 1, ""},
       {"attn_bwd_dsink", "num_warps=8", all, 0, ""},
   };
-  auto parse_into = [](const std::string& text, std::map<std::string, std::int64_t>& into) {
-    for (std::size_t start = 0; start < text.size();) {
-      const std::size_t comma = std::min(text.find(',', start), text.size());
-      const std::string item = text.substr(start, comma - start);
-      const std::size_t eq = item.find('=');
-      if (!item.empty()) into[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
-      start = comma + 1;
-    }
-  };
   for (const auto& f : fallbacks)
     for (DType d : f.dtypes) {
       Entry e;
@@ -143,11 +139,17 @@ void ConfigTable::add_builtin_fallbacks() {
       std::string key = f.config;
       if (f.rank == 0 && std::string_view(f.family) == "attn_fwd") key = kFwd90 + key;
       if (std::string_view(f.family) == "attn_bwd_fused") key = kFused + key;
-      parse_into(key, e.config.values);
-      parse_into(f.requires_dims, e.problem.dims);
+      for (std::size_t start = 0; start < key.size();) {
+        const std::size_t comma = std::min(key.find(',', start), key.size());
+        const std::string item = key.substr(start, comma - start);
+        const std::size_t eq = item.find('=');
+        e.config.values[item.substr(0, eq)] = std::stoll(item.substr(eq + 1));
+        start = comma + 1;
+      }
       e.index = m_entries.size();
       e.builtin = true;
       e.builtin_rank = f.rank;
+      e.when = f.when;
       m_entries.push_back(std::move(e));
     }
 }
@@ -166,9 +168,11 @@ std::vector<Candidate> ConfigTable::rank(const std::string& family, const core::
   std::vector<Candidate> out;
   for (const auto& e : m_entries) {
     if (e.family != family || e.problem.dtype != problem.dtype) continue;
-    if (e.builtin &&
-        !std::all_of(e.problem.dims.begin(), e.problem.dims.end(), [&](const auto& kv) { return problem.get(kv.first, 0) == kv.second; }))
-      continue;  // a built-in entry's dims are requirements
+    if (e.builtin && !e.when.empty()) {  // the problem's dims are the expression's variables
+      std::vector<std::string> names;
+      for (const auto& [k, v] : problem.dims) names.push_back(k);
+      if (!tuner::ConstraintSet({e.when}, names).allows(core::Config{}, problem)) continue;
+    }
     out.push_back({&e, distance(e.problem, problem), gpu.empty() || e.gpu == gpu});
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {

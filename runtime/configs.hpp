@@ -23,10 +23,11 @@ struct Entry {
   std::size_t index = 0;  ///< position in the file (ties go to the earlier entry)
   bool builtin = false;   ///< one of the runtime's untuned fallbacks (add_builtin_fallbacks), not from the file
   /// Built-in fallbacks only: 0 = kernels for sm_90a (wgmma, TMA; can_run refuses them elsewhere) and the stages any
-  /// GPU runs, 1 = the portable mma.sync kernels (sm_80 and newer); lower is tried first. Their `problem.dims` are
-  /// requirements, not a point to measure distance from: a built-in entry is a candidate only for problems with
-  /// those values (e.g. head_dim 128, causal 0).
+  /// GPU runs, 1 = the portable mma.sync kernels (sm_80 and newer); lower is tried first.
   int builtin_rank = 0;
+  /// Built-in fallbacks only: "" or an expression over the problem's dims in the constraint language
+  /// (tuner/constraint.hpp), e.g. "head_dim == 128 && window == 0": the entry is a candidate only where it holds.
+  std::string when;
 };
 
 /// An entry ranked for a query problem.
@@ -53,7 +54,7 @@ class ConfigTable {
   void add_builtin_fallbacks();
   /// The entries of `family` with the problem's dtype, best first: the file's before the built-in fallbacks, those
   /// of `gpu` ("" = any GPU counts as the same) before the rest, each group by distance to `problem`, ties in file
-  /// order; the built-in fallbacks whose required dims `problem` has, by builtin_rank, ties in the order added.
+  /// order; then the built-in fallbacks whose `when` holds for `problem`, by builtin_rank, ties in the order added.
   /// Empty: no such entry.
   std::vector<Candidate> rank(const std::string& family, const core::Problem& problem, const std::string& gpu) const;
 

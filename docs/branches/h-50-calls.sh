@@ -8,6 +8,8 @@
 #          and dq_order at the 128-row d64 tile (2 rounds each); runtime_gpu_test (the sm_90a built-in fallbacks)
 #   callB  carry [".cache/fa4_2"]: the torch tests over an empty export (the built-in fallbacks); the standings beside
 #          cuDNN and FlashAttention-4; the GPT-OSS step
+#   callC  carry [".gpu"]: the runtime's sm_90a built-in fallbacks against the mma.sync ones, end to end through torch
+#   callD  carry [".gpu"]: after the windowed fallbacks: runtime_gpu_test, the torch tests (empty export), GPT-OSS pair
 # Each call rewrites $OUT/callX.tgz after every step (the device tool returns ~8 files of a call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,5 +55,38 @@ case "${1:-}" in
      echo "gpt_oss rc=$?" >> "$r/rc.txt"; $bin/flashtune query backward --db "$out/go.sqlite" > "$r/go_backward.txt" 2>&1
      ck callB); rm -rf "$r"
     ;;
-  *) echo "usage: $0 callA | callB" >&2; exit 2 ;;
+  callC)
+    # carry [".gpu"] (.gpu/y/old_fallbacks.json: the mma.sync fallbacks as file entries for these shapes): the
+    # runtime's untuned path end to end through torch, the sm_90a fallbacks (empty export) against the old ones
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     export FLASHTUNE_LIBRARY="$PWD/$bin/lib/libflashtune_runtime.so" FLASHTUNE_NO_FASTPATH=1
+     for shape in "gptoss" "d128nc --batch 2 --heads-q 16 --heads-kv 16 --seq-q 8192 --head-dim 128 --no-causal --window 0 --no-learned-sinks" \
+                  "d64c --batch 2 --heads-q 32 --heads-kv 32 --seq-q 8192 --head-dim 64 --window 0 --no-learned-sinks"; do
+       set -- $shape; n=$1; shift
+       for c in empty old_fallbacks; do
+         timeout 80 python3 python/bench/attention_e2e.py --configs .gpu/y/$c.json --samples 30 --warmup 5 --host-calls 50 \
+           --no-first-launch --out "$r/e2e_${n}_$c.json" "$@" > "$r/e2e_${n}_$c.log" 2>&1; echo "e2e $n $c rc=$?" >> "$r/rc.txt"
+         ck callC
+       done
+     done); rm -rf "$r"
+    ;;
+  callD)
+    # carry [".gpu"] (repacked with runtime_gpu_test after the windowed fallbacks): callC's GPT-OSS pair again, the
+    # runtime's GPU tests and the torch tests over the empty export
+    nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     timeout 60 $bin/runtime_gpu_test > "$r/runtime.log" 2>&1; echo "runtime rc=$?" >> "$r/rc.txt"; ck callD
+     (cd python && FLASHTUNE_NO_FASTPATH=1 FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
+       FLASHTUNE_CONFIGS="$OLDPWD/.gpu/y/empty.json" PYTHONPATH="$OLDPWD/python" \
+       timeout 90 python3 -m unittest -v tests.test_torch_gpu) > "$r/torch_empty.log" 2>&1
+     echo "torch empty rc=$?" >> "$r/rc.txt"; ck callD
+     export FLASHTUNE_LIBRARY="$PWD/$bin/lib/libflashtune_runtime.so" FLASHTUNE_NO_FASTPATH=1
+     for c in empty old_fallbacks; do
+       timeout 60 python3 python/bench/attention_e2e.py --configs .gpu/y/$c.json --samples 30 --warmup 5 --host-calls 50 \
+         --no-first-launch --out "$r/e2e_gptoss_$c.json" > "$r/e2e_gptoss_$c.log" 2>&1; echo "e2e gptoss $c rc=$?" >> "$r/rc.txt"
+       ck callD
+     done); rm -rf "$r"
+    ;;
+  *) echo "usage: $0 callA | callB | callC | callD" >&2; exit 2 ;;
 esac

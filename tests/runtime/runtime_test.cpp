@@ -230,10 +230,11 @@ TEST(RuntimeCApi, TheFastestCompleteWayWins) {
 }
 
 TEST(RuntimeCApi, BuiltInFallbacksAreTheHopperKernelsOnSm90aAndMmaSyncElsewhere) {
-  // An empty file: on sm_90a the f16 / bf16 head_dim 64 and 128 shapes get the TMA forward (mma 91) and the fused
-  // wgmma backward at the configs tuned for each (head_dim 128: 80-row items non-causal, 64-row causal; head_dim 64:
-  // 128-row items), and their kernels compile; on sm_80 (and for the shapes those kernels do not take) the mma.sync
-  // ones. Every stage says it is untuned.
+  // An empty file: on sm_90a the f16 / bf16 head_dim 64 and 128 shapes without a window get the TMA forward (mma 91)
+  // and the fused wgmma backward at the configs tuned for each (head_dim 128: 80-row items non-causal, 64-row causal;
+  // head_dim 64: 128-row items); causal windows at head_dim 64 the GPT-OSS forward and the windowed sweep (mma 92);
+  // their kernels compile. On sm_80, and for the shapes none of those takes, the mma.sync ones. Every stage says it
+  // is untuned.
   const auto empty = testing::edited_configs("empty_hopper.json", [](nlohmann::json&) { return false; });
   ft_runtime* rt = make_runtime(empty);
   ASSERT_NE(rt, nullptr);
@@ -242,34 +243,35 @@ TEST(RuntimeCApi, BuiltInFallbacksAreTheHopperKernelsOnSm90aAndMmaSyncElsewhere)
   };
   struct Case {
     ft_attn_shape s;
-    std::int64_t fused_block_m;  // 0: no Hopper fallback takes it
+    std::string bwd_way;  // the backward's second stage ("" : the way has one stage) on sm_90a
+    std::string bwd_item, fwd_item;  // in the chosen configs on sm_90a
   };
-  for (const auto& [s, bm] : {Case{shape(2, 8, 8, 1024, 1024, 128, FT_BF16, 0), 80},
-                             Case{shape(1, 8, 2, 1000, 1000, 128, FT_F16, 1), 64},
-                             Case{shape(1, 8, 2, 512, 700, 64, FT_BF16, 1, 128, 0, 1), 128},
-                             Case{shape(1, 4, 1, 200, 333, 16, FT_F16, 1), 0}, Case{shape(1, 4, 2, 130, 130, 64, FT_F32, 0), 0}}) {
-    SCOPED_TRACE(bm);
-    const auto b = explain(rt, s, true, "sm_90a");
-    const auto f = explain(rt, s, false, "sm_90a");
-    ASSERT_FALSE(b["stages"].empty()) << b;
+  const std::vector<Case> cases = {
+      {shape(2, 8, 8, 1024, 1024, 128, FT_BF16, 0), "attn_bwd_fused", "block_m=80,", "block_m=128,"},
+      {shape(1, 8, 2, 1000, 1000, 128, FT_F16, 1), "attn_bwd_fused", "block_m=64,", "block_m=128,"},
+      {shape(1, 8, 2, 512, 700, 64, FT_BF16, 1), "attn_bwd_fused", "block_m=128,", "block_m=192,"},
+      {shape(1, 8, 2, 512, 512, 64, FT_BF16, 1, 128, 0, 1), "attn_bwd_dsink", "mma=92,", "pack_heads=4,"},
+      {shape(1, 8, 2, 512, 512, 128, FT_BF16, 1, 128), "attn_bwd_dkdv", "mma=80,", "mma=80,"},
+      {shape(1, 4, 1, 200, 333, 16, FT_F16, 1), "attn_bwd_dkdv", "mma=80,", "mma=80,"},
+      {shape(1, 4, 2, 130, 130, 64, FT_F32, 0), "attn_bwd_dkdv", "mma=80,", "mma=80,"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.bwd_way + " " + c.bwd_item);
+    const auto b = explain(rt, c.s, true, "sm_90a");
+    const auto f = explain(rt, c.s, false, "sm_90a");
+    ASSERT_GE(b["stages"].size(), 2u) << b;
     for (const auto& j : {b, f})
       for (const auto& st : j["stages"]) {
         EXPECT_EQ(st["untuned"], true) << j;
         EXPECT_EQ(st["compile"]["ok"], true) << st;
       }
-    if (bm) {
-      EXPECT_EQ(b["way"][0], "attn_bwd_preprocess") << b;
-      EXPECT_EQ(b["way"][1], "attn_bwd_fused") << b;
-      EXPECT_TRUE(has(b["stages"][1], "mma=91") && has(b["stages"][1], "block_m=" + std::to_string(bm) + ",")) << b;
-      EXPECT_TRUE(has(f["stages"][0], "mma=91") && has(f["stages"][0], s.head_dim == 64 ? "block_m=192," : "block_m=128,")) << f;
-    } else {
-      EXPECT_EQ(b["way"][1], "attn_bwd_dkdv") << b;
-      EXPECT_TRUE(has(f["stages"][0], "mma=80")) << f;
-    }
-    if (!bm) continue;
-    const auto b80 = explain(rt, s, true, "sm_80");
+    EXPECT_EQ(b["way"][1], c.bwd_way) << b;
+    const auto& main_stage = c.bwd_way == "attn_bwd_dsink" ? b["stages"][0] : b["stages"][1];
+    EXPECT_TRUE(has(main_stage, c.bwd_item)) << b;
+    EXPECT_TRUE(has(f["stages"][0], c.fwd_item)) << f;
+    EXPECT_EQ(has(f["stages"][0], "mma=91,"), c.fwd_item != "mma=80,") << f;
+    const auto b80 = explain(rt, c.s, true, "sm_80");
     EXPECT_EQ(b80["way"][1], "attn_bwd_dkdv") << b80;
-    EXPECT_TRUE(has(explain(rt, s, false, "sm_80")["stages"][0], "mma=80"));
+    EXPECT_TRUE(has(explain(rt, c.s, false, "sm_80")["stages"][0], "mma=80,"));
   }
   ft_runtime_destroy(rt);
 }
