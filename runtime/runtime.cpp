@@ -182,9 +182,10 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
   } else {
     // The fastest complete way: entries of this GPU first, then the nearest tuned problems (the farthest stage of a way
     // counts), then the summed medians.
-    // Built-in fallback used, the highest builtin_rank used (sm_90a kernels before mma.sync ones), another GPU's,
-    // distance, ms.
-    using Score = std::tuple<bool, int, bool, double, double>;
+    // Built-in fallbacks used (fewer first: a way of the file's entries and the built-in dsink before one of
+    // fallbacks alone), the highest builtin_rank used (sm_90a kernels before mma.sync ones), another GPU's, distance,
+    // ms.
+    using Score = std::tuple<int, int, bool, double, double>;
     std::optional<Score> best;
     std::string whys, best_text;
     auto way_name = [](const std::vector<std::string>& way) {
@@ -195,7 +196,7 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
     for (auto way : kernels::attn_bwd::ways()) {
       if (sinks) way.push_back(kernels::attn_bwd::kDsinkStage);
       std::vector<Stage> stages;
-      Score score{false, 0, false, 0.0, 0.0};
+      Score score{0, 0, false, 0.0, 0.0};
       for (const auto& name : way) {
         std::string why;
         auto s = pick(name, why);
@@ -205,7 +206,7 @@ std::unique_ptr<Plan> Runtime::make_plan(Pass pass, const core::Problem& problem
           stages.clear();
           break;
         }
-        std::get<0>(score) = std::get<0>(score) || s->pick.entry->builtin;
+        std::get<0>(score) += s->pick.entry->builtin ? 1 : 0;
         if (s->pick.entry->builtin) std::get<1>(score) = std::max(std::get<1>(score), s->pick.entry->builtin_rank);
         std::get<2>(score) = std::get<2>(score) || !s->pick.same_gpu;
         std::get<3>(score) = std::max(std::get<3>(score), s->pick.distance);
