@@ -3,7 +3,8 @@
  * a config per stage for a shape by the export's lookup rule (same family, dtype and GPU; exact problem, else the nearest; entries of other
  * GPUs only when this GPU has none; an entry counts only where the family's constraints and the device allow its
  * config on this shape; when none does, the runtime's built-in untuned configs, which explain marks "untuned": on
- * sm_90a the TMA forward and fused wgmma backward for f16 / bf16 at head_dim 64 and 128, else mma.sync kernels),
+ * sm_90a the TMA forward and fused wgmma backward for f16 / bf16 at head_dim 64 and 128 (causal windows at 64: the
+ * windowed sweep), else mma.sync kernels),
  * compiles it with NVRTC once per process (the on-disk CUBIN cache makes a second
  * process start warm) and launches it on the caller's stream with the caller's device pointers.
  *
