@@ -88,5 +88,15 @@ case "${1:-}" in
        ck callD
      done); rm -rf "$r"
     ;;
-  *) echo "usage: $0 callA | callB | callC | callD" >&2; exit 2 ;;
+  callE)
+    # carry [".gpu"] (repacked at 03cf6b5, the way's score counting built-in stages): callD's tests alone
+    nvidia-smi --query-gpu=name,uuid --format=csv > "$r/gpu.txt"
+    (source tools/gpu_env.sh
+     timeout 50 $bin/runtime_gpu_test > "$r/runtime.log" 2>&1; echo "runtime rc=$?" >> "$r/rc.txt"; ck callE
+     (cd python && FLASHTUNE_NO_FASTPATH=1 FLASHTUNE_LIBRARY="$OLDPWD/$bin/lib/libflashtune_runtime.so" \
+       FLASHTUNE_CONFIGS="$OLDPWD/.gpu/y/empty.json" PYTHONPATH="$OLDPWD/python" \
+       timeout 60 python3 -m unittest -v tests.test_torch_gpu) > "$r/torch_empty.log" 2>&1
+     echo "torch empty rc=$?" >> "$r/rc.txt"; ck callE); rm -rf "$r"
+    ;;
+  *) echo "usage: $0 callA | callB | callC | callD | callE" >&2; exit 2 ;;
 esac
