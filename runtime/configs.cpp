@@ -103,22 +103,23 @@ void ConfigTable::add_builtin_fallbacks() {
   // holds. Rank 1, sm_80 and newer: mma.sync kernels (tests/runtime, docs/NOTES.md session 25).
   struct Fallback {
     const char* family;
-    const char* config;
+    std::string config;
     std::vector<core::DType> dtypes;
     int rank;
     const char* when;
   };
   using core::DType;
   const std::vector<DType> all = {DType::f16, DType::bf16, DType::f32}, half = {DType::f16, DType::bf16};
-  constexpr const char* kFwd90 = "epilogue=2,exp_poly=1,mma=91,mma_pipe=2,mma_sched=1,num_stages=2,persistent=3,rescale=2,";
-  constexpr const char* kFused = "block_n=128,dq_order=1,epilogue=2,min_blocks=1,mma=91,num_stages=2,num_warps=8,tail=2,";
+  // What the sm_90a forward and fused backward entries share.
+  const std::string fwd90 = "epilogue=2,exp_poly=1,mma=91,mma_pipe=2,mma_sched=1,num_stages=2,persistent=3,rescale=2,";
+  const std::string fused = "block_n=128,dq_order=1,epilogue=2,min_blocks=1,mma=91,num_stages=2,num_warps=8,tail=2,";
   const std::vector<Fallback> fallbacks = {
-      {"attn_fwd", "block_m=128,block_n=128,min_blocks=1,num_warps=8,pack_heads=1", half, 0, "head_dim == 128 && window == 0"},
-      {"attn_fwd", "block_m=192,block_n=128,min_blocks=1,num_warps=12,pack_heads=1", half, 0, "head_dim == 64 && window == 0"},
-      {"attn_fwd", "block_m=64,block_n=32,min_blocks=4,num_warps=4,pack_heads=4", half, 0, "head_dim == 64 && window > 0"},
-      {"attn_bwd_fused", "block_m=80,unit_group=1", half, 0, "head_dim == 128 && causal == 0 && window == 0"},
-      {"attn_bwd_fused", "block_m=64,unit_group=2", half, 0, "head_dim == 128 && causal == 1 && window == 0"},
-      {"attn_bwd_fused", "block_m=128,unit_group=2", half, 0, "head_dim == 64 && window == 0"},
+      {"attn_fwd", fwd90 + "block_m=128,block_n=128,min_blocks=1,num_warps=8,pack_heads=1", half, 0, "head_dim == 128 && window == 0"},
+      {"attn_fwd", fwd90 + "block_m=192,block_n=128,min_blocks=1,num_warps=12,pack_heads=1", half, 0, "head_dim == 64 && window == 0"},
+      {"attn_fwd", fwd90 + "block_m=64,block_n=32,min_blocks=4,num_warps=4,pack_heads=4", half, 0, "head_dim == 64 && window > 0"},
+      {"attn_bwd_fused", fused + "block_m=80,unit_group=1", half, 0, "head_dim == 128 && causal == 0 && window == 0"},
+      {"attn_bwd_fused", fused + "block_m=64,unit_group=2", half, 0, "head_dim == 128 && causal == 1 && window == 0"},
+      {"attn_bwd_fused", fused + "block_m=128,unit_group=2", half, 0, "head_dim == 64 && window == 0"},
       // the windowed sweep (mma 92: causal sliding windows at head_dim 64, D in the same pass)
       {"attn_bwd_fused_delta", "block_m=64,block_n=192,dq_order=1,min_blocks=1,mma=92,num_stages=2,num_warps=12,unit_group=1",
        half, 0, "head_dim == 64 && causal == 1 && window > 0"},
@@ -136,9 +137,7 @@ void ConfigTable::add_builtin_fallbacks() {
       Entry e;
       e.family = f.family;
       e.problem.dtype = d;
-      std::string key = f.config;
-      if (f.rank == 0 && std::string_view(f.family) == "attn_fwd") key = kFwd90 + key;
-      if (std::string_view(f.family) == "attn_bwd_fused") key = kFused + key;
+      const std::string& key = f.config;
       for (std::size_t start = 0; start < key.size();) {
         const std::size_t comma = std::min(key.find(',', start), key.size());
         const std::string item = key.substr(start, comma - start);
@@ -166,13 +165,11 @@ double ConfigTable::distance(const core::Problem& a, const core::Problem& b) {
 std::vector<Candidate> ConfigTable::rank(const std::string& family, const core::Problem& problem,
                                          const std::string& gpu) const {
   std::vector<Candidate> out;
+  std::vector<std::string> names;  // the problem's dims: the variables of a built-in entry's `when`
+  for (const auto& [k, v] : problem.dims) names.push_back(k);
   for (const auto& e : m_entries) {
     if (e.family != family || e.problem.dtype != problem.dtype) continue;
-    if (e.builtin && !e.when.empty()) {  // the problem's dims are the expression's variables
-      std::vector<std::string> names;
-      for (const auto& [k, v] : problem.dims) names.push_back(k);
-      if (!tuner::ConstraintSet({e.when}, names).allows(core::Config{}, problem)) continue;
-    }
+    if (e.builtin && !e.when.empty() && !tuner::ConstraintSet({e.when}, names).allows(core::Config{}, problem)) continue;
     out.push_back({&e, distance(e.problem, problem), gpu.empty() || e.gpu == gpu});
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& x, const Candidate& y) {

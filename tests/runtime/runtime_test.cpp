@@ -243,7 +243,7 @@ TEST(RuntimeCApi, BuiltInFallbacksAreTheHopperKernelsOnSm90aAndMmaSyncElsewhere)
   };
   struct Case {
     ft_attn_shape s;
-    std::string bwd_way;  // the backward's second stage ("" : the way has one stage) on sm_90a
+    std::string bwd_way;  // the backward's second stage on sm_90a (attn_bwd_dsink: the windowed sweep came first)
     std::string bwd_item, fwd_item;  // in the chosen configs on sm_90a
   };
   const std::vector<Case> cases = {
